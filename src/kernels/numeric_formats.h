@@ -38,7 +38,9 @@ extern const float kE4M3Table[256];
 // ---- F8_E8M0 ------------------------------------------------------------------------------
 float e8m0_to_f32(uint8_t code);  // 2^(code-127); 0xFF -> NaN
 // Encode an exact power of two 2^k (k in [-127, 127]); other values are rounded up to the next
-// power of two, matching how the reference produces UE8M0 scales.
+// power of two, matching how the reference produces UE8M0 scales. Results are clamped to the
+// representable range [2^-127, 2^127]: zero, negatives and anything <= 2^-127 give code 0,
+// anything above 2^127 (including +inf) gives 254; NaN gives 0xFF.
 uint8_t f32_to_e8m0(float pow2);
 
 // ---- E2M1 (FP4) ---------------------------------------------------------------------------
@@ -46,6 +48,7 @@ extern const float kE2M1Table[16];
 inline float e2m1_to_f32(uint8_t nibble) { return kE2M1Table[nibble & 0xf]; }
 // RNE with ties to the even code (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4),
 // saturating to +-6; -0 encodes as 8 only when x is -0 or rounds to zero from below.
+// NaN has no code and encodes as +0 (code 0).
 uint8_t f32_to_e2m1(float x);
 // Packed pair access: element 2j is the low nibble of byte j, element 2j+1 the high nibble.
 inline uint8_t fp4_get(const uint8_t* packed, int64_t i) {
@@ -59,7 +62,10 @@ inline void fp4_set(uint8_t* packed, int64_t i, uint8_t nibble) {
 
 // ---- power-of-two scale rounding -----------------------------------------------------------
 // 2^ceil(log2 v) computed exactly from the fp32 bit pattern (spec §3.1 step 3): E = exponent
-// field - 127, plus one if any mantissa bit is set. v must be positive, finite and normal.
+// field - 127, plus one if any mantissa bit is set. Intended for positive, finite, normal v;
+// elsewhere: the sign is ignored (result is 2^ceil(log2 |v|)); subnormals give the exact next
+// power of two (which may itself be subnormal, e.g. 3*2^-149 -> 2^-147; the reference's bit
+// formula would give 2^-126 there); +-0 -> +0; results above 2^127 and +-inf -> +inf; NaN -> NaN.
 float ceil_pow2(float v);
 
 }  // namespace ds41
