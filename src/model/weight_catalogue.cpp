@@ -224,8 +224,8 @@ std::vector<std::string> catalogue_problems(const TensorStore& store, const std:
     if (t->shape != s.shape)
       bad.push_back(s.name + ": shape " + shape_str(t->shape) + ", expected " + shape_str(s.shape));
   }
-  for (const TensorInfo* t : store.tensors())
-    if (!by_name.count(t->name)) unexpected.push_back(t->name + " (in " + t->file + ")");
+  for (const TensorInfo& tref : store.tensors())
+  { const TensorInfo* t = &tref; if (!by_name.count(t->name)) unexpected.push_back(t->name + " (in " + t->file + ")"); }
 
   std::vector<std::string> out;
   auto section = [&](const std::vector<std::string>& items, const std::string& title) {

@@ -1,0 +1,125 @@
+#include "cli/args.h"
+
+#include <cstdio>
+#include <thread>
+
+#include "base/error.h"
+
+namespace ds41::cli {
+
+Args::Args(std::string command, std::string summary, std::string usage, std::vector<OptionSpec> options)
+    : command_(std::move(command)), summary_(std::move(summary)), usage_(std::move(usage)),
+      options_(std::move(options)) {
+  options_.push_back({"help", "", "show this help and exit", ""});
+}
+
+const OptionSpec* Args::find(const std::string& name) const {
+  for (const auto& o : options_)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+bool Args::parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h") a = "--help";
+    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+      std::string name = a.substr(2), value;
+      bool has_inline = false;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_inline = true;
+      }
+      const OptionSpec* o = find(name);
+      if (!o) {
+        std::string known;
+        for (const auto& k : options_) known += " --" + k.name;
+        throw Error("ds41 " + command_ + ": unknown option '--" + name + "' (options:" + known + ")");
+      }
+      if (o->name == "help") {
+        std::fputs(help_text().c_str(), stdout);
+        return false;
+      }
+      if (o->value_name.empty()) {
+        if (has_inline) throw Error("ds41 " + command_ + ": --" + name + " takes no value");
+        values_[name] = "1";
+        continue;
+      }
+      if (!has_inline) {
+        if (i + 1 >= argc) throw Error("ds41 " + command_ + ": --" + name + " needs a value (" + o->value_name + ")");
+        value = argv[++i];
+      }
+      values_[name] = value;
+    } else {
+      positional_.push_back(a);
+    }
+  }
+  return true;
+}
+
+bool Args::flag(const std::string& name) const { return values_.count(name) > 0; }
+
+std::optional<std::string> Args::get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end()) return it->second;
+  const OptionSpec* o = find(name);
+  if (o && !o->default_value.empty()) return o->default_value;
+  return std::nullopt;
+}
+
+std::string Args::get_or(const std::string& name, const std::string& fallback) const {
+  auto v = get(name);
+  return v ? *v : fallback;
+}
+
+int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  try {
+    size_t used = 0;
+    long long x = std::stoll(*v, &used, 0);
+    if (used != v->size()) throw std::invalid_argument("trailing");
+    return x;
+  } catch (const std::exception&) {
+    throw Error("ds41 " + command_ + ": --" + name + " expects an integer, got '" + *v + "'");
+  }
+}
+
+double Args::get_double(const std::string& name, double fallback) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  try {
+    size_t used = 0;
+    double x = std::stod(*v, &used);
+    if (used != v->size()) throw std::invalid_argument("trailing");
+    return x;
+  } catch (const std::exception&) {
+    throw Error("ds41 " + command_ + ": --" + name + " expects a number, got '" + *v + "'");
+  }
+}
+
+std::string Args::help_text() const {
+  std::string s = "ds41 " + command_ + " - " + summary_ + "\n\nusage: " + usage_ + "\n\noptions:\n";
+  for (const auto& o : options_) {
+    std::string left = "  --" + o.name + (o.value_name.empty() ? "" : " " + o.value_name);
+    if (left.size() < 26) left.resize(26, ' ');
+    else left += "\n" + std::string(26, ' ');
+    s += left + o.help;
+    if (!o.default_value.empty()) s += " (default: " + o.default_value + ")";
+    s += "\n";
+  }
+  return s;
+}
+
+int resolve_threads(int64_t requested) {
+  if (requested < 0) throw Error("--threads must be >= 0 (0 = all cores)");
+  if (requested == 0) {
+    unsigned n = std::thread::hardware_concurrency();
+    return n ? int(n) : 1;
+  }
+  if (requested > 1024) throw Error("--threads " + std::to_string(requested) + " is more than 1024");
+  return int(requested);
+}
+
+}  // namespace ds41::cli

@@ -1,0 +1,46 @@
+// A small command-line parser shared by every subcommand: `--name value`, `--name=value`,
+// boolean `--flag`, positional arguments, `--help`. Unknown options are errors (with the list of
+// known ones) rather than silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ds41::cli {
+
+struct OptionSpec {
+  std::string name;        // without the leading dashes
+  std::string value_name;  // empty: a boolean flag
+  std::string help;
+  std::string default_value;
+};
+
+class Args {
+ public:
+  Args(std::string command, std::string summary, std::string usage, std::vector<OptionSpec> options);
+  // Returns false when --help was given (usage already printed to stdout).
+  bool parse(int argc, char** argv);  // argv[0] is the subcommand name
+
+  bool flag(const std::string& name) const;
+  std::optional<std::string> get(const std::string& name) const;
+  std::string get_or(const std::string& name, const std::string& fallback) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name, double fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+  std::string help_text() const;
+
+ private:
+  const OptionSpec* find(const std::string& name) const;
+  std::string command_, summary_, usage_;
+  std::vector<OptionSpec> options_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// Threads: --threads N (0 = all cores).
+int resolve_threads(int64_t requested);
+
+}  // namespace ds41::cli

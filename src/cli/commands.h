@@ -1,0 +1,10 @@
+// Entry points of the `ds41` subcommands. Each takes argv starting at the subcommand name and
+// returns the process exit code; errors are thrown as ds41::Error and printed by main().
+#pragma once
+
+namespace ds41::cli {
+
+int cmd_inspect(int argc, char** argv);
+int cmd_mkmodel(int argc, char** argv);
+
+}  // namespace ds41::cli

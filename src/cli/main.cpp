@@ -1,0 +1,60 @@
+// ds41: command-line entry point. Dispatches to the subcommands; every error reaches the user as
+// one message on stderr and a non-zero exit code.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "base/error.h"
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"inspect", ds41::cli::cmd_inspect, "describe a checkpoint or config (layer plan, tensors, KV bytes, validation)"},
+    {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
+};
+
+void print_usage(FILE* f) {
+  std::fprintf(f, "ds41 %s - inference engine for DeepSeek-V4.1-Flash\n\nusage: ds41 COMMAND [options]\n\ncommands:\n",
+               DS41_VERSION);
+  for (const Command& c : kCommands) std::fprintf(f, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(f, "\nRun 'ds41 COMMAND --help' for the options of a command.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("ds41 %s\n", DS41_VERSION);
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const ds41::Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "error: out of memory\n");
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: internal: %s\n", e.what());
+      return 70;
+    }
+  }
+  std::fprintf(stderr, "ds41: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,153 @@
+// Latent attention of one layer over a call's tokens (spec backbone.md §5): low-rank query,
+// one 512-d KV latent per token in an FP8 sliding-window ring, plus — on compressed layers — the
+// top-k entries of the shared compressed KV; attention sink; inverse RoPE on the output; grouped
+// low-rank output projection.
+//
+// Canonical key order (what makes every call shape give the same numbers): the window keys of a
+// query, oldest position first, followed by its compressed entries in ascending entry order;
+// invalid slots are simply absent. The reference's prefill lists the same window keys in the
+// same order; its decode lists the ring oldest-first too, with unfilled slots as -1 in front, and
+// pads compressed lists with -1 — which shifts its 64-wide online-softmax blocks (spec pitfall 17,
+// about 1 bf16 ulp).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/thread_pool.h"
+#include "kernels/gemm.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/sparse_attention.h"
+#include "model/forward_context.h"
+
+namespace ds41 {
+
+namespace {
+
+// RoPE cos/sin of one position for a layer's frequency table.
+struct RopeRow {
+  std::vector<float> cos, sin;
+  RopeRow(const std::vector<float>& inv_freq, int64_t p) : cos(inv_freq.size()), sin(inv_freq.size()) {
+    rope_cos_sin_row(inv_freq.data(), int(inv_freq.size()), p, cos.data(), sin.data());
+  }
+};
+
+}  // namespace
+
+void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
+                       uint16_t* y) {
+  const ModelConfig& c = ctx.cfg;
+  const int S = ctx.S;
+  const int64_t D = c.dim, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim, W = c.window_size;
+  const int64_t Q = c.q_lora_rank;
+  const float eps = float(c.norm_eps);
+  LayerState& ls = ctx.state.layers[lp.id];
+  const std::vector<float>& inv_freq = ctx.inv_freq(lp);
+
+  std::vector<RopeRow> rope;
+  rope.reserve(S);
+  for (int s = 0; s < S; ++s) rope.emplace_back(inv_freq, ctx.pos(s));
+
+  // ---- query (§5.2) -----------------------------------------------------------------------
+  std::vector<uint16_t> qa(size_t(S) * Q), qr(size_t(S) * Q), q(size_t(S) * H * Dh);
+  linear_fp8(x, S, w.wq_a, qa.data(), ctx.pool);
+  rmsnorm_rows(qa.data(), w.q_norm, S, Q, eps, qr.data());
+  linear_fp8(qr.data(), S, w.wq_b, q.data(), ctx.pool);
+  for (int s = 0; s < S; ++s)
+    for (int64_t h = 0; h < H; ++h)
+      rope_apply(q.data() + (s * H + h) * Dh + (Dh - R), rope[s].cos.data(), rope[s].sin.data(), int(R), false);
+
+  // ---- window KV (§5.3): normalise, rotate, FP8 QDQ over all dims --------------------------
+  std::vector<uint16_t> kv(size_t(S) * Dh), kv_n(size_t(S) * Dh);
+  linear_fp8(x, S, w.wkv, kv.data(), ctx.pool);
+  rmsnorm_rows(kv.data(), w.kv_norm, S, Dh, eps, kv_n.data());
+  std::vector<uint8_t> kv_codes(size_t(S) * Dh);
+  std::vector<float> kv_scales(size_t(S) * (Dh / 32));
+  for (int s = 0; s < S; ++s) {
+    uint16_t* row = kv_n.data() + s * Dh;
+    rope_apply(row + (Dh - R), rope[s].cos.data(), rope[s].sin.data(), int(R), false);
+    act_quant_row(row, Dh, kv_codes.data() + s * Dh, kv_scales.data() + s * (Dh / 32));
+    for (int64_t d = 0; d < Dh; ++d)  // QDQ value: e4m3 * 2^k is exact in bf16
+      row[d] = f32_to_bf16(kE4M3Table[kv_codes[s * Dh + d]] * kv_scales[s * (Dh / 32) + d / 32]);
+  }
+  // Window keys of earlier calls come from the ring (positions start-W+1 .. start-1).
+  const int64_t prev_first = std::max<int64_t>(0, ctx.start - (W - 1));
+  const int64_t n_prev = ctx.start - prev_first;
+  std::vector<uint16_t> prev(size_t(n_prev) * Dh);
+  for (int64_t i = 0; i < n_prev; ++i) {
+    const int64_t slot = (prev_first + i) % W;
+    const uint8_t* codes = ls.ring_codes.data() + slot * Dh;
+    const uint8_t* scales = ls.ring_scales.data() + slot * (Dh / 32);
+    for (int64_t d = 0; d < Dh; ++d)
+      prev[i * Dh + d] = f32_to_bf16(kE4M3Table[codes[d]] * e8m0_to_f32(scales[d / 32]));
+  }
+  auto window_row = [&](int64_t p) -> const uint16_t* {
+    return p >= ctx.start ? kv_n.data() + (p - ctx.start) * Dh : prev.data() + (p - prev_first) * Dh;
+  };
+  // Write this call's tokens into the ring (later positions overwrite earlier ones).
+  for (int s = 0; s < S; ++s) {
+    const int64_t slot = ctx.pos(s) % W;
+    std::memcpy(ls.ring_codes.data() + slot * Dh, kv_codes.data() + s * Dh, size_t(Dh));
+    for (int64_t b = 0; b < Dh / 32; ++b) ls.ring_scales[slot * (Dh / 32) + b] = f32_to_e8m0(kv_scales[s * (Dh / 32) + b]);
+  }
+
+  // ---- compressed branch (§5.4-§5.5) --------------------------------------------------------
+  std::vector<int32_t> used_entries;        // union of this call's selected entries, ascending
+  std::vector<uint16_t> used_rows;          // their dequantized main-KV rows
+  const std::vector<std::vector<int32_t>>* topk = nullptr;
+  if (lp.ratio > 0) {
+    if (lp.kv_source) {
+      int emitted = compressor_forward(ctx, lp, w, x);
+      if (emitted > 0) ctx.state.index_k_publisher = lp.id;
+    }
+    if (lp.index_source) indexer_forward(ctx, lp, w, x, qr.data());
+    topk = &ctx.topk[lp.index_source_layer];
+    const LayerState& src = ctx.state.layers[lp.kv_source_layer];
+    for (const auto& row : *topk) used_entries.insert(used_entries.end(), row.begin(), row.end());
+    std::sort(used_entries.begin(), used_entries.end());
+    used_entries.erase(std::unique(used_entries.begin(), used_entries.end()), used_entries.end());
+    used_rows.resize(used_entries.size() * Dh);
+    for (size_t i = 0; i < used_entries.size(); ++i) {
+      const int64_t e = used_entries[i];
+      nvfp4_dequant_row(src.ckv_codes.data() + e * (Dh / 2), src.ckv_scales.data() + e * (Dh / 16), Dh,
+                        used_rows.data() + i * Dh);
+    }
+  }
+
+  // ---- sparse attention with sink (§5.6) ----------------------------------------------------
+  std::vector<uint16_t> o(size_t(S) * H * Dh);
+  const float softmax_scale = float(std::pow(double(Dh), -0.5));
+  parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+    std::vector<const uint16_t*> rows;
+    std::vector<float> scratch(size_t(sparse_attention_scratch_floats(Dh)));
+    for (int64_t s = s0; s < s1; ++s) {
+      rows.clear();
+      const int64_t p = ctx.pos(int(s));
+      for (int64_t k = std::max<int64_t>(0, p - (W - 1)); k <= p; ++k) rows.push_back(window_row(k));
+      if (topk)
+        for (int32_t e : (*topk)[s]) {
+          auto it = std::lower_bound(used_entries.begin(), used_entries.end(), e);
+          rows.push_back(used_rows.data() + (it - used_entries.begin()) * Dh);
+        }
+      sparse_attention_row(q.data() + s * H * Dh, int(H), Dh, rows.data(), int(rows.size()), w.attn_sink,
+                           softmax_scale, o.data() + s * H * Dh, scratch.data());
+      for (int64_t h = 0; h < H; ++h)  // de-rotate with the query position (§5.7 step 1)
+        rope_apply(o.data() + (s * H + h) * Dh + (Dh - R), rope[s].cos.data(), rope[s].sin.data(), int(R), true);
+    }
+  });
+
+  // ---- grouped low-rank output (§5.7 step 2) ------------------------------------------------
+  const int64_t G = c.o_groups, Rk = c.o_lora_rank, K = H * Dh / G;
+  std::vector<uint16_t> group_in(size_t(S) * K), group_out(size_t(S) * Rk), u(size_t(S) * G * Rk);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int s = 0; s < S; ++s) std::memcpy(group_in.data() + s * K, o.data() + s * H * Dh + g * K, size_t(K) * 2);
+    linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), ctx.pool);
+    for (int s = 0; s < S; ++s) std::memcpy(u.data() + (s * G + g) * Rk, group_out.data() + s * Rk, size_t(Rk) * 2);
+  }
+  linear_fp8(u.data(), S, w.wo_b, y, ctx.pool);
+  (void)D;
+}
+
+}  // namespace ds41

@@ -1,0 +1,39 @@
+// Candidate-block pool (spec backbone.md §5.5, "Candidate pool"): the first level of the decoder's
+// two-level top-k. The candidate-source layer scores blocks of `block_size` consecutive entries by
+// their best entry, always keeps the block holding the query's newest visible entry (it may be
+// partial, and would otherwise lose to older full blocks), keeps the best `topk_blocks` of the
+// rest, and later index sources only score inside the kept blocks.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "model/forward_context.h"
+
+namespace ds41 {
+
+std::vector<uint8_t> candidate_pool_row(const float* scores, int64_t width, int64_t count, int topk_blocks,
+                                        int block_size) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t n_blocks = (width + block_size - 1) / block_size;
+  std::vector<float> block(size_t(n_blocks), neg_inf);
+  for (int64_t t = 0; t < width; ++t) block[t / block_size] = std::max(block[t / block_size], scores[t]);
+  // Floor division: a query that sees nothing pins no block ((0 - 1) // block_size = -1).
+  const int64_t newest = count > 0 ? (count - 1) / block_size : -1;
+  if (newest >= 0 && newest < n_blocks) block[newest] = std::numeric_limits<float>::infinity();
+  const int64_t k = std::min<int64_t>(topk_blocks, n_blocks);
+  std::vector<int64_t> order(static_cast<size_t>(n_blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+    return block[a] > block[b] || (block[a] == block[b] && a < b);
+  });
+  std::vector<uint8_t> keep(size_t(width), 0);
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t b = order[i];
+    if (!(block[b] > neg_inf)) continue;  // unreachable block picked only to fill k: dropped
+    for (int64_t t = b * block_size; t < std::min(width, (b + 1) * block_size); ++t) keep[t] = 1;
+  }
+  return keep;
+}
+
+}  // namespace ds41

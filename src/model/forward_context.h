@@ -1,0 +1,59 @@
+// Internal to src/model: what one forward call shares between its layers. The reference keeps
+// this in a module-level `SharedAttentionRuntime` (published compressed KV, index keys, top-k,
+// candidate pool); here it is an explicit per-call object plus the per-sequence state.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace ds41 {
+
+struct ForwardContext {
+  const ModelConfig& cfg;
+  const ModelPlan& plan;
+  const ModelWeights& weights;
+  SequenceState& state;
+  const ForwardOptions& opt;
+  ThreadPool* pool;
+  const ForwardHooks* hooks;
+  const std::vector<uint8_t>* image_mask;
+  const std::vector<float>& inv_freq_plain;
+  const std::vector<float>& inv_freq_compressed;
+  int64_t start = 0;  // position of the first token of the call
+  int S = 0;          // tokens in the call
+
+  // Per index-source layer (by layer id): the top-k entry lists of this call, one per query,
+  // ascending; Reuse layers read their source's.
+  std::vector<std::vector<std::vector<int32_t>>> topk;
+  // Candidate pool of this call (candidate source): per query, a keep flag per entry.
+  std::vector<std::vector<uint8_t>> candidates;
+
+  const std::vector<float>& inv_freq(const LayerPlan& lp) const {
+    return lp.ratio > 0 ? inv_freq_compressed : inv_freq_plain;
+  }
+  int64_t pos(int s) const { return start + s; }
+};
+
+// Attention sublayer of one block for the whole call: x [S][dim] -> y [S][dim] (bf16).
+void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
+                       uint16_t* y);
+// Compressor of a kv-source layer: consumes the call's tokens, appends completed groups to the
+// layer's caches (index keys first, from the pre-RoPE latent, then the main KV). Returns the
+// number of entries emitted.
+int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x);
+// Indexer of an index-source layer: fills ctx.topk[lp.id] (and the candidate pool at the
+// candidate source). qr is the normalised low-rank query [S][q_lora_rank].
+void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
+                     const uint16_t* qr);
+// Candidate-block pool from one query's masked score row (bf16 scores as float, -inf masked).
+// count = entries visible to the query. Returns a keep flag per entry.
+std::vector<uint8_t> candidate_pool_row(const float* scores, int64_t width, int64_t count, int topk_blocks,
+                                        int block_size);
+// Top-k entry ids of a score row (ties: lower index first), ascending; entries >= count dropped.
+std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k);
+// MoE sublayer: x [S][dim] -> y [S][dim].
+void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x, uint16_t* y);
+
+}  // namespace ds41

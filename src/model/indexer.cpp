@@ -1,0 +1,109 @@
+// CSA² indexer (spec backbone.md §5.5): a small side attention that scores every visible
+// compressed entry for each query and keeps the best index_topk. Scores are computed in bf16 as
+// the reference does (bf16 dot products, ReLU, times bf16 head weights, bf16 head sum), so ties
+// are common; our tie-break is deterministic (lower entry first).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "base/thread_pool.h"
+#include "kernels/gemm.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
+#include "kernels/rope.h"
+#include "model/forward_context.h"
+
+namespace ds41 {
+
+std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k) {
+  k = int(std::min<int64_t>(k, width));
+  std::vector<int32_t> order(static_cast<size_t>(width));
+  std::iota(order.begin(), order.end(), 0);
+  auto better = [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+  std::vector<int32_t> out;
+  for (int i = 0; i < k; ++i)
+    if (order[i] < count) out.push_back(order[i]);  // unreachable picks become -1 in the reference
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
+                     const uint16_t* qr) {
+  const ModelConfig& c = ctx.cfg;
+  const int S = ctx.S, m = lp.ratio;
+  const int64_t D = c.dim, NH = c.index_n_heads, IH = c.index_head_dim, R = c.rope_head_dim;
+  const int64_t total = (ctx.start + S) / m;  // entries that exist after this call's writes
+  auto& out = ctx.topk[lp.id];
+  out.assign(size_t(S), {});
+  if (total == 0) return;  // the reference skips the indexer while nothing is compressed
+
+  // Which layer's index keys to read: the kv source (corrected), or whatever was last published.
+  int key_layer = lp.kv_source_layer;
+  if (!ctx.opt.corrected_index_keys && ctx.state.index_k_publisher >= 0) key_layer = ctx.state.index_k_publisher;
+  const LayerState& keys = ctx.state.layers[key_layer];
+  // Keys as bf16; rows the publisher never wrote read as zeros, like the reference's zeroed buffer.
+  std::vector<uint16_t> K(size_t(total) * IH, 0);
+  for (int64_t t = 0; t < std::min<int64_t>(total, keys.entries); ++t)
+    mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH, K.data() + t * IH);
+
+  // Queries: FP8 projection of qr, RoPE on the tail, MXFP4 QDQ per head.
+  std::vector<uint16_t> qi(size_t(S) * NH * IH);
+  linear_fp8(qr, S, w.idx_wq_b, qi.data(), ctx.pool);
+  const std::vector<float>& f = ctx.inv_freq(lp);
+  std::vector<float> cs(f.size()), sn(f.size());
+  for (int s = 0; s < S; ++s) {
+    rope_cos_sin_row(f.data(), int(f.size()), ctx.pos(s), cs.data(), sn.data());
+    for (int64_t h = 0; h < NH; ++h) {
+      uint16_t* row = qi.data() + (s * NH + h) * IH;
+      rope_apply(row + (IH - R), cs.data(), sn.data(), int(R), false);
+      mxfp4_qdq_row(row, IH);
+    }
+  }
+  // Head weights: bf16(weights_proj(x)) * (IH^-1/2 * NH^-1/2), rounded to bf16 again.
+  std::vector<uint16_t> wts(size_t(S) * NH);
+  linear_bf16(x, S, w.idx_weights_proj, NH, D, wts.data(), ctx.pool);
+  const float wscale = float(std::pow(double(IH), -0.5) * std::pow(double(NH), -0.5));
+  for (auto& v : wts) v = f32_to_bf16(bf16_to_f32(v) * wscale);
+
+  const bool pool_source = lp.candidate_source;
+  const bool pool_restricted = lp.uses_candidates && !ctx.candidates.empty();
+  if (pool_source) ctx.candidates.assign(size_t(S), {});
+  parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+    std::vector<float> score(static_cast<size_t>(total));
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t count = (ctx.pos(int(s)) + 1) / m;  // entries whose whole group is visible
+      if (ctx.hooks && ctx.hooks->pin_topk) {
+        if (auto pinned = ctx.hooks->pin_topk(lp.id, int(s))) {
+          if (pool_source) ctx.candidates[s].assign(size_t(total), 1);
+          out[s] = *pinned;
+          continue;
+        }
+      }
+      for (int64_t t = 0; t < total; ++t) {
+        if (t >= count) { score[t] = -std::numeric_limits<float>::infinity(); continue; }
+        float acc = 0.f;
+        for (int64_t h = 0; h < NH; ++h) {
+          const uint16_t* qv = qi.data() + (s * NH + h) * IH;
+          const uint16_t* kv = K.data() + t * IH;
+          float dot = 0.f;
+          for (int64_t d = 0; d < IH; ++d) dot += bf16_to_f32(qv[d]) * bf16_to_f32(kv[d]);
+          float r = std::max(round_bf16(dot), 0.f);
+          acc += round_bf16(r * bf16_to_f32(wts[s * NH + h]));
+        }
+        score[t] = round_bf16(acc);
+      }
+      if (pool_source)
+        ctx.candidates[s] = candidate_pool_row(score.data(), total, count, c.candidate_topk_blocks, c.candidate_block_size);
+      if (pool_restricted)
+        for (int64_t t = 0; t < total; ++t)
+          if (!ctx.candidates[s][t]) score[t] = -std::numeric_limits<float>::infinity();
+      out[s] = select_topk_row(score.data(), total, count, c.index_topk);
+    }
+  });
+  if (ctx.hooks && ctx.hooks->on_topk)
+    for (int s = 0; s < S; ++s) ctx.hooks->on_topk(lp.id, s, out[s]);
+}
+
+}  // namespace ds41

@@ -1,0 +1,81 @@
+// The DeepSeek-V4.1 text backbone on CPU: load a checkpoint, run forward calls over sequences.
+//
+// One call shape serves everything: `forward(state, tokens)` runs the S tokens at positions
+// state.pos .. state.pos+S-1 — prefill at 0, single-token decode, and the general chunk at
+// start_pos > 0 with S > 1 that chunked prefill and speculative verification need (the reference
+// has no such call). Every per-row computation is the same whatever the call shape, so prefill,
+// token-by-token decode and any chunking give bit-identical logits (with the corrected index-key
+// reading; see ForwardOptions::corrected_index_keys).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layer_plan.h"
+#include "model/sequence_state.h"
+#include "model/weights.h"
+
+namespace ds41 {
+
+class ThreadPool;
+
+struct ForwardOptions {
+  // false (default) = the reference: an index source reads the index keys most recently
+  // *published*, and a kv source publishes only in a call where its compressor emitted a latent,
+  // so at a decode step that leaves a ratio-2 group incomplete the ratio-2 indexers score against
+  // stale keys of another layer (spec §5.5 pitfall; discussed publicly on the model's HF page).
+  // true = the corrected reading: every indexer reads its own kv source's keys.
+  bool corrected_index_keys = false;
+  bool all_logits = false;  // logits for every position of the call, not just the last
+};
+
+// Observation and intervention points, used by `ds41 dump` and `ds41 conform` (teacher forcing,
+// replayed decisions). All optional; arrays are [S][...] row-major for the current call.
+struct ForwardHooks {
+  // Before block L runs (after its Engram): may overwrite the stream X [S][hc][dim] bf16 and the
+  // incoming pre-mix a_in [S][hc] fp32.
+  std::function<void(int layer, int S, uint16_t* X, float* a_in)> before_block;
+  // After block L: its output stream and the FFN pre-mix it hands to block L+1.
+  std::function<void(int layer, int S, const uint16_t* X, const float* pre_mix)> after_block;
+  // Replace the indexer's choice for query s of index-source layer L: entry ids, ascending.
+  std::function<std::optional<std::vector<int32_t>>(int layer, int s)> pin_topk;
+  // Replace the router's choice for token s of layer L (`k` ids in the reference's order).
+  std::function<bool(int layer, int s, int32_t* ids)> pin_experts;
+  // Decisions as made (after any pinning).
+  std::function<void(int layer, int s, const std::vector<int32_t>& entries)> on_topk;
+  std::function<void(int layer, int s, const int32_t* ids, int k)> on_experts;
+};
+
+class Model {
+ public:
+  // Opens a checkpoint directory, validates config and tensors (every problem in one error),
+  // and prepares the weights (zero-copy where the layout allows).
+  static std::unique_ptr<Model> load(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelPlan& plan() const { return plan_; }
+  const ModelWeights& weights() const { return weights_; }
+  SequenceState new_sequence() const { return make_sequence_state(config_, plan_); }
+
+  // Runs `tokens` at state.pos and advances the state. Returns fp32 logits: [1][vocab] for the
+  // last position, or [S][vocab] with opt.all_logits. `image_mask` (optional, S entries) marks
+  // image-span tokens for the VL routing bias.
+  std::vector<float> forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
+                             ThreadPool* pool, const ForwardHooks* hooks = nullptr,
+                             const std::vector<uint8_t>* image_mask = nullptr) const;
+
+ private:
+  Model() = default;
+  ModelConfig config_;
+  ModelPlan plan_;
+  ModelWeights weights_;
+  std::vector<float> inv_freq_plain_, inv_freq_compressed_;
+  friend struct ForwardContext;
+};
+
+}  // namespace ds41

@@ -1,0 +1,129 @@
+// Mixture of experts (spec backbone.md §8.1-§8.2): sqrt(softplus) router scores, a selection bias
+// (bias_vl for image-span tokens) that picks experts but does not weight them, top-k, renormalise
+// (+1e-20, the training constant, not norm_eps), times route_scale; SwiGLU experts with the
+// training clamps; routed outputs summed in fp32 in ascending expert order, shared expert last.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/thread_pool.h"
+#include "kernels/gemm.h"
+#include "kernels/numeric_formats.h"
+#include "model/forward_context.h"
+
+namespace ds41 {
+
+namespace {
+
+float score_function(const std::string& fn, float s) {
+  if (fn == "sqrtsoftplus") {
+    // F.softplus with threshold 20: linear above it
+    float sp = s > 20.f ? s : std::log1p(std::exp(s));
+    return std::sqrt(sp);
+  }
+  if (fn == "sigmoid") return 1.f / (1.f + std::exp(-s));
+  return s;  // softmax is applied over the row below
+}
+
+// SwiGLU with the training clamps: up clamped both sides, gate from above only (§8.2).
+template <class Lin>
+void expert_rows(const uint16_t* x, int64_t n, const Lin& w1, const Lin& w2, const Lin& w3, const float* route_w,
+                 float limit, uint16_t* out, ThreadPool* pool,
+                 void (*linear)(const uint16_t*, int64_t, const Lin&, uint16_t*, ThreadPool*)) {
+  const int64_t I = w1.N;
+  std::vector<uint16_t> g(size_t(n) * I), u(size_t(n) * I), h(size_t(n) * I);
+  linear(x, n, w1, g.data(), pool);
+  linear(x, n, w3, u.data(), pool);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < I; ++i) {
+      float gv = bf16_to_f32(g[r * I + i]), uv = bf16_to_f32(u[r * I + i]);
+      if (limit > 0) {
+        uv = std::clamp(uv, -limit, limit);
+        gv = std::min(gv, limit);
+      }
+      float a = gv / (1.f + std::exp(-gv)) * uv;  // silu(g) * u in fp32
+      if (route_w) a = route_w[r] * a;              // routing weight before w2
+      h[r * I + i] = f32_to_bf16(a);
+    }
+  linear(h.data(), n, w2, out, pool);
+}
+
+}  // namespace
+
+void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x, uint16_t* y) {
+  const ModelConfig& c = ctx.cfg;
+  const int S = ctx.S, E = lp.routed_experts, k = lp.activated_experts;
+  const int64_t D = c.dim;
+  const float limit = float(c.swiglu_limit);
+
+  // Router in fp32: scores = fp32(x) . fp32(Wg)^T / gate_temp.
+  std::vector<float> xf(size_t(S) * D), scores(size_t(S) * E);
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
+  linear_f32_wbf16(xf.data(), S, w.gate_w, E, D, scores.data(), ctx.pool);
+  std::vector<int32_t> ids(size_t(S) * k);
+  std::vector<float> weights(size_t(S) * k);
+  for (int s = 0; s < S; ++s) {
+    float* row = scores.data() + int64_t(s) * E;
+    if (c.gate_temp != 1.0)
+      for (int e = 0; e < E; ++e) row[e] /= float(c.gate_temp);
+    if (c.score_func == "softmax") {
+      float mx = *std::max_element(row, row + E), sum = 0.f;
+      for (int e = 0; e < E; ++e) sum += (row[e] = std::exp(row[e] - mx));
+      for (int e = 0; e < E; ++e) row[e] /= sum;
+    } else {
+      for (int e = 0; e < E; ++e) row[e] = score_function(c.score_func, row[e]);
+    }
+    const bool image = ctx.image_mask && (*ctx.image_mask)[s] && w.gate_bias_vl && !lp.is_dspark;
+    const float* bias = image ? w.gate_bias_vl : w.gate_bias;
+    int32_t* sel = ids.data() + int64_t(s) * k;
+    bool pinned = ctx.hooks && ctx.hooks->pin_experts && ctx.hooks->pin_experts(lp.id, s, sel);
+    if (!pinned) {
+      std::vector<int32_t> order(static_cast<size_t>(E));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+        float va = row[a] + bias[a], vb = row[b] + bias[b];
+        return va > vb || (va == vb && a < b);
+      });
+      std::copy(order.begin(), order.begin() + k, sel);
+    }
+    float* wt = weights.data() + int64_t(s) * k;
+    float sum = 0.f;
+    for (int j = 0; j < k; ++j) sum += (wt[j] = row[sel[j]]);
+    if (c.norm_topk_prob && k > 1)
+      for (int j = 0; j < k; ++j) wt[j] /= (sum + 1e-20f);
+    for (int j = 0; j < k; ++j) wt[j] *= float(c.route_scale);
+    if (ctx.hooks && ctx.hooks->on_experts) ctx.hooks->on_experts(lp.id, s, sel, k);
+  }
+
+  // Routed experts, ascending id; each token's contributions summed in that order in fp32.
+  std::vector<float> acc(size_t(S) * D, 0.f);
+  std::vector<uint16_t> xin, out;
+  std::vector<float> rw;
+  std::vector<int> toks;
+  for (int e = 0; e < E; ++e) {
+    toks.clear();
+    rw.clear();
+    for (int s = 0; s < S; ++s)
+      for (int j = 0; j < k; ++j)
+        if (ids[int64_t(s) * k + j] == e) {
+          toks.push_back(s);
+          rw.push_back(weights[int64_t(s) * k + j]);
+        }
+    if (toks.empty()) continue;
+    const int64_t n = int64_t(toks.size());
+    xin.resize(size_t(n) * D);
+    out.resize(size_t(n) * D);
+    for (int64_t r = 0; r < n; ++r) std::copy(x + int64_t(toks[r]) * D, x + int64_t(toks[r] + 1) * D, xin.data() + r * D);
+    const ExpertWeights& ew = w.experts[size_t(e)];
+    expert_rows<Fp4Matrix>(xin.data(), n, ew.w1, ew.w2, ew.w3, rw.data(), limit, out.data(), ctx.pool, &linear_fp4);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t d = 0; d < D; ++d) acc[int64_t(toks[r]) * D + d] += bf16_to_f32(out[r * D + d]);
+  }
+  // Shared expert (FP8, no routing weight), added last.
+  std::vector<uint16_t> shared(size_t(S) * D);
+  expert_rows<Fp8Matrix>(x, S, w.shared.w1, w.shared.w2, w.shared.w3, nullptr, limit, shared.data(), ctx.pool,
+                         &linear_fp8);
+  for (int64_t i = 0; i < int64_t(S) * D; ++i) y[i] = f32_to_bf16(acc[i] + bf16_to_f32(shared[i]));
+}
+
+}  // namespace ds41

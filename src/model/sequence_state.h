@@ -1,0 +1,47 @@
+// Everything one sequence carries between forward calls (spec backbone.md §5.3-§5.5, §11):
+// per layer its sliding-window ring; per kv-source layer the compressor's partial group, the
+// compressed main KV and the index keys. The length-proportional caches are stored packed —
+// FP4 codes + E4M3 scales per 16 (main KV) and FP4 codes + E8M0 scales per 32 (index K) — and
+// dequantize to exactly the bf16 values the reference holds after its QDQ; the window ring keeps
+// FP8 E4M3 codes + E8M0 scales per 32 for the same reason.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layer_plan.h"
+
+namespace ds41 {
+
+struct LayerState {
+  // Sliding-window ring: slot p % window holds position p.
+  std::vector<uint8_t> ring_codes;   // [window][head_dim] E4M3
+  std::vector<uint8_t> ring_scales;  // [window][head_dim/32] E8M0
+  // Compressor partial group (ratio > 1): fp32 projections of the group's tokens so far.
+  std::vector<float> group_kv, group_score;  // [ratio][head_dim]
+  // Compressed main KV (kv sources): entry j = group j, stored packed.
+  std::vector<uint8_t> ckv_codes;    // [entries][head_dim/2] E2M1 pairs
+  std::vector<uint8_t> ckv_scales;   // [entries][head_dim/16] E4M3
+  // Index keys (kv sources).
+  std::vector<uint8_t> ik_codes;     // [entries][index_head_dim/2]
+  std::vector<uint8_t> ik_scales;    // [entries][index_head_dim/32] E8M0
+  int64_t entries = 0;
+};
+
+struct SequenceState {
+  int64_t pos = 0;                   // tokens consumed so far
+  std::vector<LayerState> layers;    // indexed like ModelPlan::layers (backbone only used here)
+  // Reference behaviour (spec pitfall, §5.5): index keys are "published" by a kv source only in a
+  // call where its compressor emitted a latent; other index sources read the last published cache.
+  int index_k_publisher = -1;
+  std::vector<int32_t> token_history;  // every token consumed (Engram hashing, sessions)
+
+  // Bytes held by the length-proportional caches (compressed KV + index K), for the 890 B/token
+  // arithmetic check.
+  int64_t compressed_cache_bytes() const;
+};
+
+SequenceState make_sequence_state(const ModelConfig& c, const ModelPlan& plan);
+
+}  // namespace ds41

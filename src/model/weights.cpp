@@ -1,0 +1,152 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include "base/error.h"
+
+namespace ds41 {
+
+namespace {
+
+class Loader {
+ public:
+  Loader(const TensorStore& s, ModelWeights& w) : store_(s), w_(w) {}
+
+  const TensorInfo& tensor(const std::string& name, DType dt) const {
+    const TensorInfo& t = store_.get(name);
+    if (t.dtype != dt)
+      throw Error(t.file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) + ", expected " +
+                  std::string(dtype_name(dt)));
+    return t;
+  }
+  // A pointer of the right alignment to the tensor's values: the mmap itself when aligned,
+  // else an owned copy (safetensors does not promise alignment).
+  template <class T>
+  const T* aligned(const TensorInfo& t) {
+    if (reinterpret_cast<uintptr_t>(t.data) % alignof(T) == 0) return reinterpret_cast<const T*>(t.data);
+    auto& buf = own(t.nbytes);
+    std::memcpy(buf.data(), t.data, t.nbytes);
+    return reinterpret_cast<const T*>(buf.data());
+  }
+  const uint16_t* bf16(const std::string& name) { return aligned<uint16_t>(tensor(name, DType::BF16)); }
+  const float* f32(const std::string& name) { return aligned<float>(tensor(name, DType::F32)); }
+  const float* f32_optional(const std::string& name) {
+    const TensorInfo* t = store_.find(name);
+    return t && t->dtype == DType::F32 ? aligned<float>(*t) : nullptr;
+  }
+  // A BF16 tensor widened to fp32 (exact).
+  const float* bf16_as_f32(const std::string& name) {
+    const TensorInfo& t = tensor(name, DType::BF16);
+    auto& buf = own(t.nbytes * 2);
+    float* out = reinterpret_cast<float*>(buf.data());
+    for (size_t i = 0; i < t.nbytes / 2; ++i) {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      out[i] = bf16_bits_to_f32(h);
+    }
+    return out;
+  }
+  Fp8Matrix fp8(const std::string& base) {
+    const TensorInfo& w = tensor(base + ".weight", DType::F8_E4M3);
+    const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
+    return Fp8Matrix{w.data, s.data, w.shape.at(0), w.shape.at(1)};
+  }
+  Fp4Matrix fp4(const std::string& base) {
+    const TensorInfo& w = tensor(base + ".weight", DType::I8);
+    const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
+    return Fp4Matrix{w.data, s.data, w.shape.at(0), w.shape.at(1) * 2};
+  }
+  std::vector<uint8_t>& own(size_t bytes) {
+    // operator new aligns to at least 16 bytes, enough for every element type used here.
+    w_.owned.emplace_back(bytes);
+    return w_.owned.back();
+  }
+
+ private:
+  static float bf16_bits_to_f32(uint16_t h) {
+    uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const TensorStore& store_;
+  ModelWeights& w_;
+};
+
+}  // namespace
+
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& c, const ModelPlan& plan) {
+  ModelWeights w;
+  w.store = store;
+  Loader L(*store, w);
+  w.embed = L.bf16("embed.weight");
+  w.head = L.bf16("head.weight");
+  w.norm = L.bf16("norm.weight");
+  for (const LayerPlan& lp : plan.layers) {
+    BlockWeights b;
+    const std::string& p = lp.prefix;
+    b.attn_norm = L.bf16(p + "attn_norm.weight");
+    b.ffn_norm = L.bf16(p + "ffn_norm.weight");
+    b.hc_attn_fn = L.f32(p + "hc_attn_fn");
+    b.hc_attn_base = L.f32(p + "hc_attn_base");
+    b.hc_attn_scale = L.f32(p + "hc_attn_scale");
+    b.hc_ffn_fn = L.f32(p + "hc_ffn_fn");
+    b.hc_ffn_base = L.f32(p + "hc_ffn_base");
+    b.hc_ffn_scale = L.f32(p + "hc_ffn_scale");
+    const std::string a = p + "attn.";
+    b.wq_a = L.fp8(a + "wq_a");
+    b.wq_b = L.fp8(a + "wq_b");
+    b.wkv = L.fp8(a + "wkv");
+    b.wo_b = L.fp8(a + "wo_b");
+    b.q_norm = L.bf16(a + "q_norm.weight");
+    b.kv_norm = L.bf16(a + "kv_norm.weight");
+    b.attn_sink = L.f32(a + "attn_sink");
+    {
+      Fp8Matrix wo_a = L.fp8(a + "wo_a");
+      auto& buf = L.own(size_t(wo_a.N * wo_a.K) * 2);
+      dequant_fp8_to_bf16(wo_a, reinterpret_cast<uint16_t*>(buf.data()));
+      b.wo_a = reinterpret_cast<const uint16_t*>(buf.data());
+    }
+    if (lp.kv_source) {
+      if (lp.ratio > 1) {
+        b.comp_wkv_f32 = L.bf16_as_f32(a + "compressor.wkv.weight");
+        b.comp_wgate_f32 = L.bf16_as_f32(a + "compressor.wgate.weight");
+      } else {
+        b.comp_wkv_bf16 = L.bf16(a + "compressor.wkv.weight");
+      }
+      b.comp_norm = L.bf16(a + "compressor.norm.weight");
+    }
+    if (lp.index_source) {
+      b.idx_wq_b = L.fp8(a + "indexer.wq_b");
+      b.idx_weights_proj = L.bf16(a + "indexer.weights_proj.weight");
+      if (lp.owns_index_k) {
+        b.idx_wk = L.bf16(a + "indexer.wk.weight");
+        b.idx_k_norm = L.bf16(a + "indexer.k_norm.weight");
+      }
+    }
+    const std::string f = p + "ffn.";
+    b.gate_w = L.bf16(f + "gate.weight");
+    b.gate_bias = L.f32(f + "gate.bias");
+    b.gate_bias_vl = L.f32_optional(f + "gate.bias_vl");
+    for (int e = 0; e < lp.routed_experts; ++e) {
+      const std::string x = f + "experts." + std::to_string(e) + ".";
+      b.experts.push_back({L.fp4(x + "w1"), L.fp4(x + "w2"), L.fp4(x + "w3")});
+    }
+    b.shared = {L.fp8(f + "shared_experts.w1"), L.fp8(f + "shared_experts.w2"), L.fp8(f + "shared_experts.w3")};
+    if (lp.engram) {
+      const std::string e = p + "engram.";
+      const TensorInfo& t = L.tensor(e + "embed.weight", DType::F8_E4M3);
+      b.engram_table = t.data;
+      b.engram_rows = t.shape.at(0);
+      b.engram_table_scale = L.tensor(e + "embed.scale", DType::F8_E8M0).data;
+      b.engram_wkv = L.fp8(e + "wkv");
+      b.engram_q_weight = L.bf16(e + "q_weight");
+      b.engram_k_weight = L.bf16(e + "k_weight");
+    }
+    w.blocks.push_back(std::move(b));
+  }
+  (void)c;
+  return w;
+}
+
+}  // namespace ds41

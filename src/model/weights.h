@@ -1,0 +1,81 @@
+// Typed views of a checkpoint's tensors, organised by the layer plan. Quantized weights stay in
+// the mmap (zero-copy); the few tensors the reference transforms at load are materialised here:
+// wo_a is dequantized to bf16 (convert.py does this; spec §2.4 step 3), ratio>1 compressor weights
+// and the router weights are widened to fp32 (the reference runs them in fp32, exact widening),
+// and F32/BF16 tensors that happen to be misaligned in the file are copied to aligned storage.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "kernels/gemm.h"
+#include "model/config.h"
+#include "model/layer_plan.h"
+
+namespace ds41 {
+
+struct ExpertWeights {
+  Fp4Matrix w1, w2, w3;
+};
+struct SharedExpertWeights {
+  Fp8Matrix w1, w2, w3;
+};
+
+struct BlockWeights {
+  const uint16_t* attn_norm = nullptr;
+  const uint16_t* ffn_norm = nullptr;
+  const float* hc_attn_fn = nullptr;
+  const float* hc_attn_base = nullptr;
+  const float* hc_attn_scale = nullptr;
+  const float* hc_ffn_fn = nullptr;
+  const float* hc_ffn_base = nullptr;
+  const float* hc_ffn_scale = nullptr;
+  // attention
+  Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
+  const uint16_t* q_norm = nullptr;
+  const uint16_t* kv_norm = nullptr;
+  const uint16_t* wo_a = nullptr;  // bf16 [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
+  const float* attn_sink = nullptr;
+  // compressor (kv sources)
+  const uint16_t* comp_wkv_bf16 = nullptr;  // ratio 1: bf16 projection
+  const float* comp_wkv_f32 = nullptr;      // ratio > 1: fp32 projections
+  const float* comp_wgate_f32 = nullptr;
+  const uint16_t* comp_norm = nullptr;
+  // indexer (index sources)
+  Fp8Matrix idx_wq_b{};
+  const uint16_t* idx_weights_proj = nullptr;  // bf16 [index_n_heads, dim]
+  const uint16_t* idx_wk = nullptr;            // bf16 [index_head_dim, head_dim] (kv sources)
+  const uint16_t* idx_k_norm = nullptr;
+  // MoE
+  const uint16_t* gate_w = nullptr;            // bf16 [E, dim]; widened on use
+  const float* gate_bias = nullptr;
+  const float* gate_bias_vl = nullptr;         // nullptr when absent
+  std::vector<ExpertWeights> experts;
+  SharedExpertWeights shared{};
+  // Engram (Engram layers)
+  const uint8_t* engram_table = nullptr;       // F8_E4M3 [rows, head_dim]
+  const uint8_t* engram_table_scale = nullptr; // E8M0 [rows, head_dim / 32]
+  int64_t engram_rows = 0;
+  Fp8Matrix engram_wkv{};
+  const uint16_t* engram_q_weight = nullptr;   // bf16 [hc, dim]
+  const uint16_t* engram_k_weight = nullptr;
+};
+
+struct ModelWeights {
+  const uint16_t* embed = nullptr;  // bf16 [vocab, dim]
+  const uint16_t* head = nullptr;   // bf16 [vocab, dim]
+  const uint16_t* norm = nullptr;   // bf16 [dim]
+  std::vector<BlockWeights> blocks; // one per plan layer (backbone then DSpark stages)
+
+  // Owns the checkpoint mapping and every materialised buffer.
+  std::shared_ptr<TensorStore> store;
+  std::vector<std::vector<uint8_t>> owned;
+};
+
+// Opens nothing itself: `store` must already be checked against the catalogue.
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& c, const ModelPlan& plan);
+
+}  // namespace ds41

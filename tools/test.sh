@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   1. Release build + every CTest test (unit tests, golden conformance, CLI tests);
+#   2. ASan+UBSan build of the same tests;
+#   3. the safetensors header fuzzer for a bounded time (clang/libFuzzer).
+# Environment: DS41_FUZZ_SECONDS (default 60), DS41_SKIP_SANITIZE=1 to skip step 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/install_deps.sh
+jobs=$(nproc)
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+echo "== release build + tests"
+cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+if [[ "${DS41_SKIP_SANITIZE:-0}" != 1 ]]; then
+  echo "== ASan+UBSan build + tests"
+  cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS41_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow
+fi
+
+if command -v clang++ >/dev/null; then
+  echo "== fuzz: safetensors header parser (${DS41_FUZZ_SECONDS:-60}s)"
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDS41_FUZZ=ON -DDS41_BUILD_TESTS=OFF >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target safetensors_header_fuzz
+  corpus=$(mktemp -d)
+  cp fuzz/corpus/safetensors_header/* "$corpus"/
+  build-fuzz/safetensors_header_fuzz -max_total_time="${DS41_FUZZ_SECONDS:-60}" -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
+  rm -rf "$corpus"
+fi
+echo "== all tests passed"
