@@ -1,0 +1,148 @@
+// Scalar reference hyper-connection kernels; see hyper_connection.h for the operation order.
+#include "kernels/hyper_connection.h"
+
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/rmsnorm.h"
+
+// Every fp32 op must round on its own like the reference's separate tensor ops (e.g. m*scale then
+// + base): forbid FMA contraction, which -march=native would otherwise allow.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace ds41 {
+namespace {
+
+void check_hc(int hc) {
+  if (hc < 1 || hc > kMaxHc)
+    throw Error("hyper-connections: hc_mult must be in [1, " + std::to_string(kMaxHc) + "], got " +
+                std::to_string(hc));
+}
+
+// torch CPU sigmoid for fp32: (1 + exp(-x)).reciprocal(), i.e. two roundings after the exp.
+float sigmoid_f32(float x) {
+  const float e = std::exp(-x);
+  const float d = 1.0f + e;
+  return 1.0f / d;
+}
+
+// C[i][:] /= (sum_j C[i][j] + eps), sum ascending from +0.
+void normalize_rows(float* C, int hc, float eps) {
+  for (int i = 0; i < hc; ++i) {
+    float s = 0.0f;
+    for (int j = 0; j < hc; ++j) s += C[i * hc + j];
+    const float d = s + eps;
+    for (int j = 0; j < hc; ++j) C[i * hc + j] = C[i * hc + j] / d;
+  }
+}
+
+// C[:][j] /= (sum_i C[i][j] + eps), sum ascending from +0.
+void normalize_cols(float* C, int hc, float eps) {
+  for (int j = 0; j < hc; ++j) {
+    float s = 0.0f;
+    for (int i = 0; i < hc; ++i) s += C[i * hc + j];
+    const float d = s + eps;
+    for (int i = 0; i < hc; ++i) C[i * hc + j] = C[i * hc + j] / d;
+  }
+}
+
+}  // namespace
+
+void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes) {
+  check_hc(hc);
+  const int64_t n = hc * D;
+  // The same statistic as RMSNorm over all hc*D values (spec §7 step 2).
+  const float r = rms_rsqrt_bf16(X, n, norm_eps);
+  const int nmix = hc_mix_count(hc);
+  for (int k = 0; k < nmix; ++k) {
+    const float* row = fn + static_cast<int64_t>(k) * n;
+    float acc = 0.0f;
+    for (int64_t t = 0; t < n; ++t) {
+      const float prod = row[t] * bf16_to_f32(X[t]);
+      acc += prod;
+    }
+    mixes[k] = acc * r;  // F.linear(x, fn) * rsqrt: projection first, then the scalar
+  }
+}
+
+void hc_split_sinkhorn(const float* mixes, int hc, const float* base, const float* scale,
+                       int sinkhorn_iters, float hc_eps, float* pre, float* post, float* comb) {
+  check_hc(hc);
+  for (int c = 0; c < hc; ++c) {
+    const float zp = mixes[c] * scale[0];
+    pre[c] = sigmoid_f32(zp + base[c]) + hc_eps;
+    const float zq = mixes[hc + c] * scale[1];
+    post[c] = 2.0f * sigmoid_f32(zq + base[hc + c]);
+  }
+  float* C = comb;
+  for (int k = 0; k < hc * hc; ++k) {
+    const float z = mixes[2 * hc + k] * scale[2];
+    C[k] = z + base[2 * hc + k];
+  }
+  // Row softmax (the port's exp(x - amax) / sum, a true division), then + eps.
+  for (int i = 0; i < hc; ++i) {
+    float* row = C + i * hc;
+    float mx = row[0];
+    for (int j = 1; j < hc; ++j) mx = std::fmax(mx, row[j]);
+    float s = 0.0f;
+    for (int j = 0; j < hc; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      s += row[j];
+    }
+    for (int j = 0; j < hc; ++j) row[j] = row[j] / s + hc_eps;
+  }
+  normalize_cols(C, hc, hc_eps);  // first pass is a column normalization (spec §12.9)
+  for (int it = 1; it < sinkhorn_iters; ++it) {
+    normalize_rows(C, hc, hc_eps);
+    normalize_cols(C, hc, hc_eps);
+  }
+}
+
+void hc_coefficients(const uint16_t* X, int hc, int64_t D, const float* fn, const float* base,
+                     const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
+                     float* pre, float* post, float* comb) {
+  check_hc(hc);
+  std::array<float, hc_mix_count(kMaxHc)> mixes;
+  hc_mixes(X, hc, D, fn, norm_eps, mixes.data());
+  hc_split_sinkhorn(mixes.data(), hc, base, scale, sinkhorn_iters, hc_eps, pre, post, comb);
+}
+
+void hc_pre(const uint16_t* X, const float* a, int hc, int64_t D, uint16_t* y) {
+  check_hc(hc);
+  for (int64_t d = 0; d < D; ++d) {
+    float acc = 0.0f;  // +0 start: an all -0 column gives +0 as in torch.sum
+    for (int c = 0; c < hc; ++c) {
+      const float prod = a[c] * bf16_to_f32(X[c * D + d]);
+      acc += prod;
+    }
+    y[d] = f32_to_bf16(acc);
+  }
+}
+
+void hc_post(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
+             int64_t D, uint16_t* Xout) {
+  check_hc(hc);
+  std::array<float, kMaxHc> col;
+  for (int64_t d = 0; d < D; ++d) {
+    for (int i = 0; i < hc; ++i) col[i] = bf16_to_f32(Xres[i * D + d]);  // read before writing
+    const float yd = bf16_to_f32(y[d]);
+    for (int j = 0; j < hc; ++j) {
+      float mix = 0.0f;
+      for (int i = 0; i < hc; ++i) {
+        const float prod = comb[i * hc + j] * col[i];
+        mix += prod;
+      }
+      const float scaled = post[j] * yd;
+      Xout[j * D + d] = f32_to_bf16(scaled + mix);
+    }
+  }
+}
+
+}  // namespace ds41

@@ -1,0 +1,79 @@
+// Scalar reference sparse attention; see sparse_attention.h for the operation order.
+#include "kernels/sparse_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/numeric_formats.h"
+
+// denom*alpha + sum and acc*alpha + partial are separate fp32 roundings in the reference:
+// forbid FMA contraction, which -march=native would otherwise allow.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace ds41 {
+
+void sparse_attention_row(const uint16_t* q, int H, int64_t Dh, const uint16_t* const* kv_rows,
+                          int n, const float* attn_sink, float softmax_scale, uint16_t* out,
+                          float* scratch) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float* logits = scratch;                       // [kSparseAttnBlock]
+  float* block_pv = scratch + kSparseAttnBlock;  // [Dh]
+  float* acc = block_pv + Dh;                    // [Dh]
+
+  for (int h = 0; h < H; ++h) {
+    const uint16_t* qh = q + static_cast<int64_t>(h) * Dh;
+    float running_max = kSparseAttnInitMax;
+    float denom = 0.0f;
+    std::fill(acc, acc + Dh, 0.0f);
+
+    for (int start = 0; start < n; start += kSparseAttnBlock) {
+      const int len = std::min(kSparseAttnBlock, n - start);
+      const uint16_t* const* rows = kv_rows + start;
+
+      // Scores; invalid entries are -inf and never raise the max.
+      float block_max = kNegInf;
+      for (int j = 0; j < len; ++j) {
+        if (!rows[j]) {
+          logits[j] = kNegInf;
+          continue;
+        }
+        float dot = 0.0f;
+        for (int64_t d = 0; d < Dh; ++d) dot += bf16_to_f32(qh[d]) * bf16_to_f32(rows[j][d]);
+        logits[j] = dot * softmax_scale;
+        block_max = std::max(block_max, logits[j]);
+      }
+
+      const float new_max = std::max(running_max, block_max);
+      const float alpha = std::exp(running_max - new_max);
+      float p_sum = 0.0f;
+      std::fill(block_pv, block_pv + Dh, 0.0f);
+      for (int j = 0; j < len; ++j) {
+        if (!rows[j]) continue;  // P = exp(-inf) = 0 adds nothing to either sum
+        const float p = std::exp(logits[j] - new_max);
+        p_sum += p;
+        const float p16 = round_bf16(p);  // probabilities enter the PV product as bf16
+        for (int64_t d = 0; d < Dh; ++d) block_pv[d] += p16 * bf16_to_f32(rows[j][d]);
+      }
+      const float scaled_denom = denom * alpha;
+      denom = scaled_denom + p_sum;
+      for (int64_t d = 0; d < Dh; ++d) {
+        const float scaled = acc[d] * alpha;
+        acc[d] = scaled + block_pv[d];
+      }
+      running_max = new_max;
+    }
+
+    // The sink only enters the denominator, unscaled. With no valid entry the max is still
+    // -1e30, exp(sink + 1e30) = inf and 0 / inf = 0: exact zeros, as in the reference.
+    denom = denom + std::exp(attn_sink[h] - running_max);
+    uint16_t* oh = out + static_cast<int64_t>(h) * Dh;
+    for (int64_t d = 0; d < Dh; ++d) oh[d] = f32_to_bf16(acc[d] / denom);
+  }
+}
+
+}  // namespace ds41
