@@ -6,5 +6,6 @@ namespace ds41::cli {
 
 int cmd_inspect(int argc, char** argv);
 int cmd_mkmodel(int argc, char** argv);
+int cmd_conform(int argc, char** argv);
 
 }  // namespace ds41::cli

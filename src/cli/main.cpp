@@ -19,6 +19,7 @@ struct Command {
 const Command kCommands[] = {
     {"inspect", ds41::cli::cmd_inspect, "describe a checkpoint or config (layer plan, tensors, KV bytes, validation)"},
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
+    {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
 };
 
 void print_usage(FILE* f) {

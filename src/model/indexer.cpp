@@ -37,7 +37,11 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   const int64_t total = (ctx.start + S) / m;  // entries that exist after this call's writes
   auto& out = ctx.topk[lp.id];
   out.assign(size_t(S), {});
-  if (total == 0) return;  // the reference skips the indexer while nothing is compressed
+  if (total == 0) {  // the reference skips the indexer while nothing is compressed
+    if (ctx.hooks && ctx.hooks->on_topk)
+      for (int s = 0; s < S; ++s) ctx.hooks->on_topk(lp.id, s, out[s]);
+    return;
+  }
 
   // Which layer's index keys to read: the kv source (corrected), or whatever was last published.
   int key_layer = lp.kv_source_layer;

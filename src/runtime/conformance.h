@@ -1,0 +1,46 @@
+// Runs a golden conformance case (../shared/goldens/<case>/, produced by the official reference on
+// a small checkpoint) through the engine and compares every recorded tensor with its tolerance
+// (see the goldens README and each case.json).
+//
+// Modes:
+//  teacher - block L of every call gets the golden input (stream/pre-mix of block L-1); each
+//            block's outputs, the logits and the argmax rule are gated; decisions (indexer top-k,
+//            routed experts) must agree wherever the case's margin is clearly non-zero.
+//  pinned  - no teacher forcing; the engine replays the reference's decisions end to end and is
+//            gated by tolerance.end_to_end_pinned_decisions.
+//  free    - the engine's own decisions end to end; reported up to the first differing decision.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ds41 {
+
+class ThreadPool;
+
+struct ConformCheck {
+  std::string name;     // e.g. "prefill stream.layer3"
+  double max_abs = 0;   // observed
+  double tolerance = 0; // allowed (< 0: informational only)
+  bool pass = true;
+  std::string note;
+};
+
+struct ConformReport {
+  std::string case_name, mode;
+  bool ran = false;            // false: skipped (see skipped_reason)
+  std::string skipped_reason;
+  bool pass = false;
+  std::vector<ConformCheck> checks;
+  int decisions_compared = 0, decisions_matched = 0, decisions_unclear = 0;
+  std::string summary() const;  // one line
+};
+
+struct ConformOptions {
+  std::string mode = "teacher";  // teacher | pinned | free
+  std::string out_path;          // write the engine's tensors here (same names as expected)
+};
+
+ConformReport run_conformance(const std::string& case_dir, const ConformOptions& opt, ThreadPool* pool);
+
+}  // namespace ds41
