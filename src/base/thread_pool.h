@@ -1,0 +1,87 @@
+// A small fixed-size thread pool for data-parallel loops over an index range.
+//
+// Determinism contract: parallel_for only decides *which thread* runs which contiguous part of
+// [0, n); it never changes what is computed for an index. Kernels built on it compute every
+// output element with the same arithmetic in the same order whatever the thread count, so the
+// engine's numbers do not depend on the machine it runs on (the goldens' tolerances take the
+// run-to-run noise, 1 vs 2 threads included, to be zero: shared/goldens/*/case.json).
+//
+// The caller thread takes part (it runs the first chunk), so ThreadPool(n) starts n - 1 worker
+// threads. A call allocates nothing: the job is published through a pointer to the caller's
+// std::function and counters under one mutex (lambdas are wrapped by reference, see below).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ds41 {
+
+class ThreadPool {
+ public:
+  // fn(begin, end) processes indices [begin, end).
+  using RangeFn = std::function<void(int64_t begin, int64_t end)>;
+
+  // n_threads counts the caller; values below 1 are treated as 1 (no worker threads).
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Total threads that run chunks of a parallel_for, caller included.
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Splits [0, n) into min(size(), n) contiguous chunks of near-equal length (the first n % C
+  // chunks are one longer), runs them concurrently and returns when all are done. The first
+  // exception thrown by fn is rethrown here after every chunk has finished. A call made from
+  // inside a running chunk (nesting) runs inline on that thread, and concurrent calls from
+  // different threads are serialised; neither can deadlock.
+  void parallel_for(int64_t n, const RangeFn& fn);
+
+  // Same for any callable (lambdas): wrapped by reference, so the std::function fits its
+  // small-object buffer and the call allocates nothing however much the lambda captures.
+  template <class F>
+  void parallel_for(int64_t n, const F& fn) {
+    const RangeFn by_reference = [&fn](int64_t begin, int64_t end) { fn(begin, end); };
+    parallel_for(n, by_reference);
+  }
+
+ private:
+  void worker_main(int chunk_index);
+  void run_chunk(int chunk_index);
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mutex_;  // one job at a time
+  std::mutex mutex_;       // guards everything below
+  std::condition_variable start_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;  // bumped once per published job
+  bool stopping_ = false;
+  const RangeFn* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int job_chunks_ = 0;
+  int pending_ = 0;  // worker chunks of the current job not finished yet
+  std::exception_ptr error_;
+};
+
+// Bounds of chunk c when [0, n) is split into `chunks` contiguous parts as parallel_for does.
+inline int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
+  const int64_t base = n / chunks;
+  const int64_t extra = n % chunks;
+  return c * base + (c < extra ? c : extra);
+}
+
+// nullptr or a one-thread pool runs fn(0, n) inline on the caller.
+void parallel_for(ThreadPool* pool, int64_t n, const ThreadPool::RangeFn& fn);
+
+template <class F>
+void parallel_for(ThreadPool* pool, int64_t n, const F& fn) {
+  const ThreadPool::RangeFn by_reference = [&fn](int64_t begin, int64_t end) { fn(begin, end); };
+  parallel_for(pool, n, by_reference);
+}
+
+}  // namespace ds41

@@ -1,0 +1,501 @@
+// Linear layers (spec backbone.md §3.3). See gemm.h for the summation order both paths follow.
+//
+// No fused multiply-add anywhere in this file: the order in gemm.h rounds every product to fp32
+// before it is added, as the reference's fp32 accumulation does. GCC contracts a*b+c into an FMA
+// by default whenever the target has one (e.g. with DS41_NATIVE / -march=native), even in ISO
+// mode, and clang does so inside an expression; the pragmas below switch that off for this
+// translation unit, so the fast path and its twin stay bit-identical on every target. They come
+// before the includes so that inline helpers from headers are compiled under the same setting.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "kernels/gemm.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
+
+namespace ds41 {
+namespace {
+
+constexpr int kLanes = 8;
+constexpr int64_t kBlock = 32;  // K block of the FP8/FP4 GEMM and of act_quant (§3.3)
+
+// ---- shape checks --------------------------------------------------------------------------
+void check_dims(const char* what, int64_t M, int64_t N, int64_t K) {
+  if (M < 0 || N < 0 || K < 0)
+    throw Error(std::string(what) + ": negative shape M=" + std::to_string(M) +
+                " N=" + std::to_string(N) + " K=" + std::to_string(K));
+}
+
+void check_quantized_dims(const char* what, int64_t M, int64_t N, int64_t K) {
+  check_dims(what, M, N, K);
+  if (K % kBlock != 0)
+    throw Error(std::string(what) + ": K=" + std::to_string(K) +
+                " is not a multiple of the 32-element quantization block (spec §3.3)");
+}
+
+// ---- the fixed lane reduction (gemm.h) -----------------------------------------------------
+inline float reduce_lanes(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+// ============================================================================================
+// Reference twins: literal loops. Lane j of a run takes the products k with k % 8 == j in
+// increasing k; nothing here is tiled, cached or vectorized on purpose.
+// ============================================================================================
+
+float reference_lane_dot(const float* a, const float* b, int64_t n) {
+  float lane[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t k = 0; k < n; ++k) lane[k % kLanes] += a[k] * b[k];
+  return reduce_lanes(lane);
+}
+
+// §3.3 for either weight format: decode_weight(n, k) gives the E4M3/E2M1 value, weight_scale(n, kb)
+// the E8M0 scale as fp32.
+template <class DecodeWeight, class WeightScale>
+void reference_quantized_linear(const uint16_t* x, int64_t M, int64_t N, int64_t K,
+                                DecodeWeight decode_weight, WeightScale weight_scale, uint16_t* y) {
+  const int64_t KB = K / kBlock;
+  std::vector<uint8_t> codes(static_cast<size_t>(K));
+  std::vector<float> a_scale(static_cast<size_t>(KB));
+  float a[kBlock], w[kBlock];
+  for (int64_t m = 0; m < M; ++m) {
+    act_quant_row(x + m * K, K, codes.data(), a_scale.data());
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (int64_t kb = 0; kb < KB; ++kb) {
+        for (int64_t i = 0; i < kBlock; ++i) {
+          a[i] = e4m3_to_f32(codes[size_t(kb * kBlock + i)]);
+          w[i] = decode_weight(n, kb * kBlock + i);
+        }
+        const float partial = reference_lane_dot(a, w, kBlock);
+        acc += (partial * a_scale[size_t(kb)]) * weight_scale(n, kb);
+      }
+      y[m * N + n] = f32_to_bf16(acc);
+    }
+  }
+}
+
+// ============================================================================================
+// Fast path.
+//
+// Work is cut into tasks of (up to kTileRows rows of x) x (up to kTileCols rows of W), with the
+// activation rows prepared once per chunk of kChunkRows rows (quantized+decoded or widened to
+// fp32) and each weight row decoded to fp32 once per task, then reused for every x row of the
+// task. Tiling only changes which element is computed when, never how: each y[m, n] is still the
+// gemm.h order over the same fp32 values, so results equal the twins for any tiling or threads.
+// ============================================================================================
+
+constexpr int64_t kChunkRows = 128;  // bounds the prepared-activation buffer to 128*K floats
+constexpr int64_t kTileRows = 32;
+constexpr int64_t kTileCols = 16;
+constexpr int kMicroRows = 4;  // x rows that share each loaded weight vector in the inner loop
+
+// Grow-only per-thread scratch: no allocation once a thread has seen the largest K.
+float* scratch(std::vector<float>& buffer, int64_t n) {
+  if (int64_t(buffer.size()) < n) buffer.resize(size_t(n));
+  return buffer.data();
+}
+
+// The 8 lanes of gemm.h as two 4-wide vectors (lanes 0-3 and 4-7). GCC/Clang generic vectors
+// are element-wise IEEE fp32 operations (lowered to SSE/NEON, or to scalars elsewhere), so each
+// lane sees exactly the scalar twin's operations. Plain loops were tried first: after unrolling
+// the 8-lane loop GCC vectorizes the *outer* (block) loop with strided shuffles instead, several
+// times slower than the twin itself.
+typedef float F32x4 __attribute__((vector_size(16)));
+
+inline F32x4 load4(const float* p) {
+  F32x4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+struct Lanes8 {
+  F32x4 lo{}, hi{};  // +0.0f to start, as in reference_lane_dot
+  // lane j += a[j] * w[j] for j = 0..7 (product rounded first: no FMA in this file)
+  void add_products(const float* a, const float* w) {
+    lo += load4(a) * load4(w);
+    hi += load4(a + 4) * load4(w + 4);
+  }
+  // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), the reduce_lanes tree.
+  float reduce() const {
+    const F32x4 s = lo + hi;
+    return (s[0] + s[2]) + (s[1] + s[3]);
+  }
+};
+
+// Lane-ordered dot products of R activation rows against one weight run of length n (n % 8 == 0),
+// R rows at a time so that each loaded weight vector feeds R * 2 independent accumulators.
+template <int R>
+inline void lane_dot_rows(const float* const* a, const float* w, int64_t n, float* out) {
+  Lanes8 lanes[R];
+  for (int64_t k = 0; k < n; k += kLanes) {
+    const F32x4 w_lo = load4(w + k), w_hi = load4(w + k + 4);
+    for (int r = 0; r < R; ++r) {
+      lanes[r].lo += load4(a[r] + k) * w_lo;
+      lanes[r].hi += load4(a[r] + k + 4) * w_hi;
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = lanes[r].reduce();
+}
+
+// One row of any length: tail products (n % 8 != 0) go to lanes 0..n%8-1, as k % 8 says.
+inline float lane_dot_any(const float* a, const float* w, int64_t n) {
+  Lanes8 lanes;
+  const int64_t body = n - n % kLanes;
+  for (int64_t k = 0; k < body; k += kLanes) lanes.add_products(a + k, w + k);
+  for (int64_t k = body; k < n; ++k) {
+    const int j = int(k - body);
+    if (j < 4)
+      lanes.lo[j] += a[k] * w[k];
+    else
+      lanes.hi[j - 4] += a[k] * w[k];
+  }
+  return lanes.reduce();
+}
+
+// E4M3 decode without a table lookup, written so that it vectorizes (integer ops, one compare
+// and blend, one int->float conversion). For magnitude codes >= 8 (normal numbers) the E4M3
+// exponent and mantissa bits are moved into place in an fp32 pattern and the exponent rebiased
+// by 127 - 7; below 8 (subnormals, m * 2^-9) the 3-bit integer is converted and scaled, which is
+// exact and involves no fp32 subnormal, so flush-to-zero modes cannot change it. The two NaN codes
+// give the same quiet NaN as kE4M3Table, so results stay bit-identical to the twin even then.
+inline float e4m3_decode_arith(uint8_t c) {
+  const uint32_t magnitude = c & 0x7fu;
+  const uint32_t sign = uint32_t(c & 0x80u) << 24;
+  const uint32_t normal_bits = (magnitude << 20) + (uint32_t(127 - 7) << 23);
+  const uint32_t subnormal_bits = std::bit_cast<uint32_t>(float(int32_t(magnitude)) * 0x1p-9f);
+  // Masks instead of ?: so that GCC if-converts and vectorizes the decode loop.
+  const uint32_t normal_mask = 0u - uint32_t(magnitude >= 8);
+  const uint32_t nan_mask = 0u - uint32_t(magnitude == 0x7f);
+  const uint32_t bits = (normal_bits & normal_mask) | (subnormal_bits & ~normal_mask) | sign;
+  return std::bit_cast<float>((bits & ~nan_mask) | (0x7fc00000u & nan_mask));
+}
+
+// Decoded E2M1 values of both nibbles of every byte (low nibble = even k, §2.1).
+struct Fp4PairTable {
+  float v[256][2];
+};
+constexpr Fp4PairTable make_fp4_pair_table() {
+  constexpr float magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  Fp4PairTable t{};
+  for (int b = 0; b < 256; ++b)
+    for (int h = 0; h < 2; ++h) {
+      const int nibble = h == 0 ? (b & 0xf) : (b >> 4);
+      const float mag = magnitudes[nibble & 7];
+      t.v[b][h] = (nibble & 8) ? -mag : mag;
+    }
+  return t;
+}
+constexpr Fp4PairTable kFp4Pairs = make_fp4_pair_table();
+
+// ---- weight row decoders: fill a K-float row (and K/32 scales for the quantized formats) ---
+struct Fp8Rows {
+  const Fp8Matrix& W;
+  int64_t scale_cols;  // ceil(K/32)
+  void decode(int64_t n, float* row, float* scales) const {
+    const uint8_t* src = W.w + n * W.K;
+    for (int64_t k = 0; k < W.K; ++k) row[k] = e4m3_decode_arith(src[k]);
+    const uint8_t* s = W.scale + (n / kBlock) * scale_cols;
+    for (int64_t kb = 0; kb < W.K / kBlock; ++kb) scales[kb] = e8m0_to_f32(s[kb]);
+  }
+};
+
+struct Fp4Rows {
+  const Fp4Matrix& W;
+  void decode(int64_t n, float* row, float* scales) const {
+    const uint8_t* src = W.w + n * (W.K / 2);
+    for (int64_t j = 0; j < W.K / 2; ++j) {
+      row[2 * j] = kFp4Pairs.v[src[j]][0];
+      row[2 * j + 1] = kFp4Pairs.v[src[j]][1];
+    }
+    const uint8_t* s = W.scale + n * (W.K / kBlock);
+    for (int64_t kb = 0; kb < W.K / kBlock; ++kb) scales[kb] = e8m0_to_f32(s[kb]);
+  }
+};
+
+// Below this many multiply-adds a call runs on the caller alone: waking workers costs more than
+// the work. (Which thread computes an element never changes its value, so this is speed only.)
+constexpr int64_t kMinParallelWork = int64_t{1} << 16;
+
+ThreadPool* pool_for_work(ThreadPool* pool, int64_t work) {
+  return work < kMinParallelWork ? nullptr : pool;
+}
+
+// Runs task(row_begin, row_end, col_begin, col_end) over the tiles of an [rows, N] output whose
+// elements each cost K multiply-adds. Tiles are numbered column-tile major, so each thread's
+// contiguous range of tiles covers a contiguous slice of W's rows.
+template <class Task>
+void for_each_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, const Task& task) {
+  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
+  const int64_t col_tiles = (N + kTileCols - 1) / kTileCols;
+  parallel_for(pool_for_work(pool, rows * N * K), row_tiles * col_tiles,
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t t = begin; t < end; ++t) {
+                   const int64_t ct = t / row_tiles, rt = t % row_tiles;
+                   task(rt * kTileRows, std::min(rows, (rt + 1) * kTileRows), ct * kTileCols,
+                        std::min(N, (ct + 1) * kTileCols));
+                 }
+               });
+}
+
+// R consecutive activation rows (starting at row r of the prepared chunk) against one decoded
+// weight row: per K block the lane-ordered partials, then acc += (partial * a_s) * w_s (§3.3).
+template <int R>
+inline void quantized_rows(const float* act, const float* act_scale, int64_t r, int64_t K,
+                           const float* w_row, const float* w_scale, uint16_t* y,
+                           int64_t y_stride) {
+  const int64_t KB = K / kBlock;
+  float acc[R];
+  const float* a[R];
+  for (int i = 0; i < R; ++i) {
+    acc[i] = 0.0f;
+    a[i] = act + (r + i) * K;
+  }
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    const float* a_kb[R];
+    for (int i = 0; i < R; ++i) a_kb[i] = a[i] + kb * kBlock;
+    float partial[R];
+    lane_dot_rows<R>(a_kb, w_row + kb * kBlock, kBlock, partial);
+    for (int i = 0; i < R; ++i) acc[i] += (partial[i] * act_scale[(r + i) * KB + kb]) * w_scale[kb];
+  }
+  for (int i = 0; i < R; ++i) y[i * y_stride] = f32_to_bf16(acc[i]);
+}
+
+// §3.3 fast path shared by FP8 and FP4 weights.
+template <class WeightRows>
+void quantized_linear(const char* what, const uint16_t* x, int64_t M, int64_t N, int64_t K,
+                      const WeightRows& weights, uint16_t* y, ThreadPool* pool) {
+  check_quantized_dims(what, M, N, K);
+  if (M == 0 || N == 0) return;
+  const int64_t KB = K / kBlock;
+  thread_local std::vector<float> act_values_buffer, act_scales_buffer;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
+    const int64_t rows = std::min(kChunkRows, M - m0);
+    float* act = scratch(act_values_buffer, rows * K);
+    float* act_scale = scratch(act_scales_buffer, rows * KB);
+    // act_quant every row (§3.1); the GEMM consumes the decoded E4M3 values.
+    parallel_for(pool_for_work(pool, rows * K), rows, [&](int64_t r0, int64_t r1) {
+      thread_local std::vector<uint8_t> codes;
+      if (int64_t(codes.size()) < K) codes.resize(size_t(K));
+      for (int64_t r = r0; r < r1; ++r) {
+        act_quant_row(x + (m0 + r) * K, K, codes.data(), act_scale + r * KB);
+        for (int64_t k = 0; k < K; ++k) act[r * K + k] = kE4M3Table[codes[size_t(k)]];
+      }
+    });
+    for_each_tile(rows, N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      thread_local std::vector<float> row_buffer, scale_buffer;
+      float* w_row = scratch(row_buffer, K);
+      float* w_scale = scratch(scale_buffer, KB);
+      for (int64_t n = n0; n < n1; ++n) {
+        weights.decode(n, w_row, w_scale);
+        int64_t r = r0;
+        for (; r + kMicroRows <= r1; r += kMicroRows)
+          quantized_rows<kMicroRows>(act, act_scale, r, K, w_row, w_scale, y + (m0 + r) * N + n, N);
+        for (; r < r1; ++r)
+          quantized_rows<1>(act, act_scale, r, K, w_row, w_scale, y + (m0 + r) * N + n, N);
+      }
+    });
+  }
+}
+
+// Fast path of the plain linears. XRows::prepare(m0, rows, buffer) returns a pointer to `rows`
+// fp32 activation rows; WRows::row(n, buffer) a pointer to weight row n as fp32.
+template <class XRows, class WRows, class Store>
+void dense_linear(const char* what, int64_t M, int64_t N, int64_t K, const XRows& x_rows,
+                  const WRows& w_rows, const Store& store, ThreadPool* pool) {
+  check_dims(what, M, N, K);
+  if (M == 0 || N == 0) return;
+  thread_local std::vector<float> act_buffer;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
+    const int64_t rows = std::min(kChunkRows, M - m0);
+    const float* act = x_rows.prepare(m0, rows, act_buffer, pool);
+    for_each_tile(rows, N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      thread_local std::vector<float> row_buffer;
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* w = w_rows.row(n, row_buffer);
+        int64_t r = r0;
+        if (K % kLanes == 0) {
+          for (; r + kMicroRows <= r1; r += kMicroRows) {
+            const float* a[kMicroRows] = {act + r * K, act + (r + 1) * K, act + (r + 2) * K,
+                                          act + (r + 3) * K};
+            float out[kMicroRows];
+            lane_dot_rows<kMicroRows>(a, w, K, out);
+            for (int i = 0; i < kMicroRows; ++i) store(m0 + r + i, n, out[i]);
+          }
+        }
+        for (; r < r1; ++r) store(m0 + r, n, lane_dot_any(act + r * K, w, K));
+      }
+    });
+  }
+}
+
+struct Bf16XRows {
+  const uint16_t* x;
+  int64_t K;
+  const float* prepare(int64_t m0, int64_t rows, std::vector<float>& buffer,
+                       ThreadPool* pool) const {
+    float* out = scratch(buffer, rows * K);
+    parallel_for(pool_for_work(pool, rows * K), rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * K; i < r1 * K; ++i) out[i] = bf16_to_f32(x[m0 * K + i]);
+    });
+    return out;
+  }
+};
+
+struct F32XRows {
+  const float* x;
+  int64_t K;
+  const float* prepare(int64_t m0, int64_t, std::vector<float>&, ThreadPool*) const {
+    return x + m0 * K;
+  }
+};
+
+struct Bf16WRows {
+  const uint16_t* W;
+  int64_t K;
+  const float* row(int64_t n, std::vector<float>& buffer) const {
+    float* out = scratch(buffer, K);
+    for (int64_t k = 0; k < K; ++k) out[k] = bf16_to_f32(W[n * K + k]);
+    return out;
+  }
+};
+
+struct F32WRows {
+  const float* W;
+  int64_t K;
+  const float* row(int64_t n, std::vector<float>&) const { return W + n * K; }
+};
+
+}  // namespace
+
+// ---- public fast paths -----------------------------------------------------------------------
+void linear_fp8(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y, ThreadPool* pool) {
+  quantized_linear("linear_fp8", x, M, W.N, W.K, Fp8Rows{W, (W.K + kBlock - 1) / kBlock}, y, pool);
+}
+
+void linear_fp4(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y, ThreadPool* pool) {
+  quantized_linear("linear_fp4", x, M, W.N, W.K, Fp4Rows{W}, y, pool);
+}
+
+void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, uint16_t* y,
+                 ThreadPool* pool) {
+  dense_linear(
+      "linear_bf16", M, N, K, Bf16XRows{x, K}, Bf16WRows{W, K},
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = f32_to_bf16(v); }, pool);
+}
+
+void linear_bf16_f32out(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K,
+                        float* y, ThreadPool* pool) {
+  dense_linear(
+      "linear_bf16_f32out", M, N, K, Bf16XRows{x, K}, Bf16WRows{W, K},
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);
+}
+
+void linear_f32(const float* x, int64_t M, const float* W, int64_t N, int64_t K, float* y,
+                ThreadPool* pool) {
+  dense_linear(
+      "linear_f32", M, N, K, F32XRows{x, K}, F32WRows{W, K},
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);
+}
+
+void linear_f32_wbf16(const float* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, float* y,
+                      ThreadPool* pool) {
+  dense_linear(
+      "linear_f32_wbf16", M, N, K, F32XRows{x, K}, Bf16WRows{W, K},
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);
+}
+
+void dequant_fp8_to_bf16(const Fp8Matrix& W, uint16_t* out) {
+  check_dims("dequant_fp8_to_bf16", 0, W.N, W.K);
+  const int64_t scale_cols = (W.K + kBlock - 1) / kBlock;
+  for (int64_t n = 0; n < W.N; ++n)
+    for (int64_t k = 0; k < W.K; ++k) {
+      const float scale = e8m0_to_f32(W.scale[(n / kBlock) * scale_cols + k / kBlock]);
+      out[n * W.K + k] = f32_to_bf16(e4m3_to_f32(W.w[n * W.K + k]) * scale);
+    }
+}
+
+// ---- public reference twins ------------------------------------------------------------------
+void linear_fp8_reference(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y) {
+  check_quantized_dims("linear_fp8_reference", M, W.N, W.K);
+  const int64_t scale_cols = W.K / kBlock;
+  reference_quantized_linear(
+      x, M, W.N, W.K, [&](int64_t n, int64_t k) { return e4m3_to_f32(W.w[n * W.K + k]); },
+      [&](int64_t n, int64_t kb) { return e8m0_to_f32(W.scale[(n / kBlock) * scale_cols + kb]); },
+      y);
+}
+
+void linear_fp4_reference(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y) {
+  check_quantized_dims("linear_fp4_reference", M, W.N, W.K);
+  reference_quantized_linear(
+      x, M, W.N, W.K,
+      [&](int64_t n, int64_t k) { return e2m1_to_f32(fp4_get(W.w + n * (W.K / 2), k)); },
+      [&](int64_t n, int64_t kb) { return e8m0_to_f32(W.scale[n * (W.K / kBlock) + kb]); }, y);
+}
+
+namespace {
+// y[m, n] = reference_lane_dot over K of fp32(x[m, k]) * fp32(W[n, k]).
+template <class XAt, class WAt, class Store>
+void reference_dense_linear(int64_t M, int64_t N, int64_t K, XAt x_at, WAt w_at, Store store) {
+  std::vector<float> a(static_cast<size_t>(K)), b(static_cast<size_t>(K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) {
+        a[size_t(k)] = x_at(m, k);
+        b[size_t(k)] = w_at(n, k);
+      }
+      store(m, n, reference_lane_dot(a.data(), b.data(), K));
+    }
+}
+}  // namespace
+
+void linear_bf16_reference(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K,
+                           uint16_t* y) {
+  check_dims("linear_bf16_reference", M, N, K);
+  reference_dense_linear(
+      M, N, K, [&](int64_t m, int64_t k) { return bf16_to_f32(x[m * K + k]); },
+      [&](int64_t n, int64_t k) { return bf16_to_f32(W[n * K + k]); },
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = f32_to_bf16(v); });
+}
+
+void linear_bf16_f32out_reference(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N,
+                                  int64_t K, float* y) {
+  check_dims("linear_bf16_f32out_reference", M, N, K);
+  reference_dense_linear(
+      M, N, K, [&](int64_t m, int64_t k) { return bf16_to_f32(x[m * K + k]); },
+      [&](int64_t n, int64_t k) { return bf16_to_f32(W[n * K + k]); },
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; });
+}
+
+void linear_f32_reference(const float* x, int64_t M, const float* W, int64_t N, int64_t K,
+                          float* y) {
+  check_dims("linear_f32_reference", M, N, K);
+  reference_dense_linear(
+      M, N, K, [&](int64_t m, int64_t k) { return x[m * K + k]; },
+      [&](int64_t n, int64_t k) { return W[n * K + k]; },
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; });
+}
+
+void linear_f32_wbf16_reference(const float* x, int64_t M, const uint16_t* W, int64_t N, int64_t K,
+                                float* y) {
+  check_dims("linear_f32_wbf16_reference", M, N, K);
+  reference_dense_linear(
+      M, N, K, [&](int64_t m, int64_t k) { return x[m * K + k]; },
+      [&](int64_t n, int64_t k) { return bf16_to_f32(W[n * K + k]); },
+      [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; });
+}
+
+}  // namespace ds41

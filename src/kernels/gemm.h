@@ -1,0 +1,80 @@
+// Linear layers y[m, n] = sum_k x[m, k] * W[n, k] for x [M, K] row-major and W [N, K] row-major
+// (PyTorch Linear layout), spec backbone.md §2.3 (which linear uses which path) and §3.3.
+//
+// Summation order (the one thing the spec leaves free, §3.3 last sentence). Every dot product
+// over a run of products p_0, p_1, ... is split into 8 lanes: lane j (0..7) starts at +0.0f and
+// adds p_j, p_{j+8}, p_{j+16}, ... in increasing k, each product rounded to fp32 first (no fused
+// multiply-add). The lanes are then combined by one fixed tree:
+//     ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
+// which is the horizontal reduction of an 8-wide vector (hi half + lo half, then again, then the
+// last pair), so the fast path vectorizes while the *_reference twins spell the same order out
+// with scalar loops.
+//  * FP8 / FP4 GEMM (§3.3): the run is one 32-element K block (4 products per lane); the products
+//    of E4M3 (or E2M1) weights and E4M3 activation codes are exact in fp32. Blocks are then
+//    combined in increasing kb as
+//        acc = 0; for kb: acc += (partial_kb * a_scale[m][kb]) * w_scale[.][kb];   y = bf16(acc)
+//    (partial times the activation scale first, then the weight scale; both are powers of two).
+//  * BF16 / FP32 linears: the run is the whole row of K products (lane j takes k = j mod 8).
+//    These reproduce torch's F.linear only up to its own (unspecified) order: last-ulp
+//    differences are expected there, unlike the FP8/FP4 path whose order is pinned above.
+//
+// Every output element is computed by that arithmetic alone, whichever thread runs it and
+// however the work is tiled, so results are identical for any ThreadPool size (nullptr = inline).
+// FP8/FP4 paths need K % 32 == 0 (all checkpoint shapes satisfy it); violations throw ds41::Error.
+#pragma once
+
+#include <cstdint>
+
+#include "base/thread_pool.h"
+
+namespace ds41 {
+
+// E4M3 weight [N, K] with E8M0 block scales [ceil(N/32), ceil(K/32)] (§2.1).
+struct Fp8Matrix {
+  const uint8_t* w;
+  const uint8_t* scale;
+  int64_t N, K;
+};
+
+// E2M1 weight packed [N, K/2] (low nibble = even k) with E8M0 scales [N, K/32] (§2.1).
+struct Fp4Matrix {
+  const uint8_t* w;
+  const uint8_t* scale;
+  int64_t N, K;
+};
+
+// ---- fast paths ------------------------------------------------------------------------------
+// act_quant(x) per row (block 32, §3.1), then the block-scaled GEMM of §3.3, bf16 out.
+void linear_fp8(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y, ThreadPool* pool);
+void linear_fp4(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y, ThreadPool* pool);
+// bf16 x, bf16 W, fp32 accumulation; bf16 or fp32 out.
+void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, uint16_t* y,
+                 ThreadPool* pool);
+void linear_bf16_f32out(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K,
+                        float* y, ThreadPool* pool);
+// fp32 everything (ratio>1 compressor, §2.3).
+void linear_f32(const float* x, int64_t M, const float* W, int64_t N, int64_t K, float* y,
+                ThreadPool* pool);
+// fp32 x, bf16 W widened exactly to fp32, fp32 out (router, head, hc projections; §2.3, §4).
+void linear_f32_wbf16(const float* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, float* y,
+                      ThreadPool* pool);
+
+// out[n, k] = bf16(e4m3(w[n, k]) * 2^(scale[n/32][k/32] - 127)): fp32 product, one rounding
+// (convert.py's load-time dequantization of wo_a, §2.4 step 3, pitfall 15).
+void dequant_fp8_to_bf16(const Fp8Matrix& W, uint16_t* out);
+
+// ---- reference twins -------------------------------------------------------------------------
+// Plain loops that follow §3.3 and the order above literally; the fast paths must match them bit
+// for bit (tests/gemm_test.cpp).
+void linear_fp8_reference(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y);
+void linear_fp4_reference(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y);
+void linear_bf16_reference(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K,
+                           uint16_t* y);
+void linear_bf16_f32out_reference(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N,
+                                  int64_t K, float* y);
+void linear_f32_reference(const float* x, int64_t M, const float* W, int64_t N, int64_t K,
+                          float* y);
+void linear_f32_wbf16_reference(const float* x, int64_t M, const uint16_t* W, int64_t N, int64_t K,
+                                float* y);
+
+}  // namespace ds41

@@ -1,0 +1,110 @@
+#include "base/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace ds41 {
+namespace {
+
+TEST(ThreadPool, SizeCountsTheCaller) {
+  EXPECT_EQ(ThreadPool(1).size(), 1);
+  EXPECT_EQ(ThreadPool(3).size(), 3);
+  EXPECT_EQ(ThreadPool(0).size(), 1);
+  EXPECT_EQ(ThreadPool(-2).size(), 1);
+}
+
+TEST(ThreadPool, ChunkBoundsAreContiguousAndBalanced) {
+  // 10 over 3 chunks: the first 10 % 3 = 1 chunk is one longer -> [0,4) [4,7) [7,10).
+  EXPECT_EQ(chunk_begin(10, 3, 0), 0);
+  EXPECT_EQ(chunk_begin(10, 3, 1), 4);
+  EXPECT_EQ(chunk_begin(10, 3, 2), 7);
+  EXPECT_EQ(chunk_begin(10, 3, 3), 10);
+  EXPECT_EQ(chunk_begin(2, 2, 1), 1);
+}
+
+TEST(ThreadPool, EveryIndexRunsExactlyOnceInContiguousChunks) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 3, 5, 17, 1000}) {
+      std::vector<std::atomic<int>> hits(size_t(n > 0 ? n : 1));
+      std::atomic<int> calls{0};
+      pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+        ASSERT_LT(begin, end);
+        calls.fetch_add(1);
+        for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)].load(), 1) << "n=" << n;
+      EXPECT_EQ(calls.load(), n == 0 ? 0 : int(std::min<int64_t>(n, threads)))
+          << "threads=" << threads << " n=" << n;
+    }
+  }
+}
+
+TEST(ThreadPool, WorkersActuallyRunChunks) {
+  ThreadPool pool(3);
+  std::vector<std::thread::id> ids(3);
+  pool.parallel_for(
+      3, [&](int64_t begin, int64_t) { ids[size_t(begin)] = std::this_thread::get_id(); });
+  EXPECT_EQ(ids[0], std::this_thread::get_id());  // the caller takes the first chunk
+  EXPECT_NE(ids[1], ids[0]);
+  EXPECT_NE(ids[2], ids[0]);
+  EXPECT_NE(ids[1], ids[2]);
+}
+
+TEST(ThreadPool, NullOrSingleThreadPoolRunsInline) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  parallel_for(nullptr, 7, [&](int64_t b, int64_t e) { ranges.push_back({b, e}); });
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0], std::make_pair(int64_t{0}, int64_t{7}));
+  ThreadPool single(1);
+  ranges.clear();
+  parallel_for(&single, 7, [&](int64_t b, int64_t e) { ranges.push_back({b, e}); });
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0], std::make_pair(int64_t{0}, int64_t{7}));
+}
+
+TEST(ThreadPool, NestedCallsRunInlineInsteadOfDeadlocking) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  pool.parallel_for(4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      pool.parallel_for(10, [&](int64_t ib, int64_t ie) { total.fetch_add(ie - ib); });
+  });
+  EXPECT_EQ(total.load(), 40);
+}
+
+TEST(ThreadPool, FirstExceptionIsRethrownAfterAllChunksFinish) {
+  ThreadPool pool(3);
+  std::atomic<int> finished{0};
+  EXPECT_THROW(pool.parallel_for(3,
+                                 [&](int64_t b, int64_t) {
+                                   if (b == 1) throw std::runtime_error("chunk 1 failed");
+                                   finished.fetch_add(1);
+                                 }),
+               std::runtime_error);
+  EXPECT_EQ(finished.load(), 2);
+  // The pool stays usable afterwards.
+  std::atomic<int> count{0};
+  pool.parallel_for(6, [&](int64_t b, int64_t e) { count.fetch_add(int(e - b)); });
+  EXPECT_EQ(count.load(), 6);
+}
+
+TEST(ThreadPool, ConcurrentCallersAreSerialised) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  auto job = [&] {
+    for (int rep = 0; rep < 50; ++rep)
+      pool.parallel_for(100, [&](int64_t b, int64_t e) { total.fetch_add(e - b); });
+  };
+  std::thread other(job);
+  job();
+  other.join();
+  EXPECT_EQ(total.load(), 2 * 50 * 100);
+}
+
+}  // namespace
+}  // namespace ds41
