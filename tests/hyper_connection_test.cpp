@@ -290,33 +290,36 @@ TEST(HyperConnection, MixesUseOneJointStatisticOverAllCopies) {
 }
 
 TEST(HyperConnection, MixesProjectFirstThenScaleBitExactly) {
-  // Expected: mixes[k] = fl(sum_t fl(fn[k][t] * x[t]) in ascending t) * r, r from the ascending
-  // sum of squares (spec §7 steps 2-3), at the released D = 5120. Scaling x by r before the
-  // projection (the other order) changes the fp32 result, which the last check shows.
+  // Expected: mixes[k] = fl(sum_t fn[k][t] * x[t]) * r with the dot product rounded once (exact
+  // products, accumulated here in long double), r from the once-rounded sum of squares (spec §7
+  // steps 2-3), at the released D = 5120. Scaling x by r before the projection (the other order)
+  // changes the fp32 result, which the last check shows.
   const int hc = 4, D = 5120, n = hc * D;
   std::mt19937 rng(9);
   const auto X = random_bf16(rng, n, 0.8f);
   const auto fn = random_f32(rng, hc_mix_count(hc) * n, 0.02f);
   std::vector<float> mixes(hc_mix_count(hc));
   hc_mixes(X.data(), hc, D, fn.data(), kNormEps, mixes.data());
-  float ss = 0;
+  long double ss_exact = 0;
   for (int t = 0; t < n; ++t) {
-    const double v = bf16_to_f32(X[t]);
-    ss = float(double(ss) + double(float(v * v)));
+    const long double v = bf16_to_f32(X[t]);
+    ss_exact += v * v;
   }
+  const float ss = float(ss_exact);
   const float r = float(
       1.0 /
       double(float(std::sqrt(double(float(double(float(double(ss) / n)) + double(kNormEps)))))));
   int other_order_differs = 0;
   for (int k = 0; k < hc_mix_count(hc); ++k) {
-    float acc = 0, acc_scaled = 0;
+    long double exact = 0;
+    float acc_scaled = 0;
     for (int t = 0; t < n; ++t) {
       const double x = bf16_to_f32(X[t]);
-      acc = float(double(acc) + double(float(double(fn[k * n + t]) * x)));
+      exact += (long double)fn[k * n + t] * (long double)x;
       acc_scaled =
           float(double(acc_scaled) + double(float(double(fn[k * n + t]) * double(float(x * r)))));
     }
-    const float expect = float(double(acc) * r);
+    const float expect = float(double(float(exact)) * r);
     EXPECT_EQ(mixes[k], expect) << k;
     other_order_differs += acc_scaled != expect;
   }

@@ -65,11 +65,14 @@ TEST(RmsNorm, MatchesDoublePrecisionWithinOneBf16Rounding) {
 // The reference's fp32 sequence, one rounding per step. Each double op on fp32 operands rounded
 // to fp32 is the correctly rounded fp32 op (53 >= 2*24+2 bits), so this is an exact emulation.
 float emulate_r(const std::vector<uint16_t>& x, float eps) {
-  float sum = 0.0f;
+  // The sum of the (exact) squares, rounded once to fp32: accumulated here in long double,
+  // independently of the kernel's double accumulation (both are exact for such rows).
+  long double exact = 0;
   for (uint16_t xi : x) {
-    const double v = bf16_to_f32(xi);
-    sum = float(double(sum) + double(float(v * v)));  // fp32 add of the rounded square, in order
+    const long double v = bf16_to_f32(xi);
+    exact += v * v;
   }
+  const float sum = float(exact);
   const float mean = float(double(sum) / double(x.size()));
   const float shifted = float(double(mean) + double(eps));
   return float(1.0 / double(float(std::sqrt(double(shifted)))));
@@ -83,7 +86,7 @@ uint16_t emulate_out(uint16_t x, uint16_t w, float r, bool reference_association
 }
 
 TEST(RmsNorm, FollowsTheReferenceFp32OperationOrderBitExactly) {
-  // Expected: the documented sequence (sum of rounded squares in index order, / n, + eps, sqrt,
+  // Expected: the documented sequence (sum of squares rounded once, / n, + eps, sqrt,
   // reciprocal, x*r, then w*(x*r)), emulated above, on realistic rows.
   std::mt19937 rng(77);
   const int n = 4096, rows = 8;

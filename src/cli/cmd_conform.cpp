@@ -18,6 +18,7 @@ int cmd_conform(int argc, char** argv) {
             {{"mode", "MODE", "teacher (block-by-block teacher forcing), pinned (reference decisions replayed) or free", "teacher"},
              {"out", "FILE", "write the engine's tensors under the case's names (streams, pre-mixes, logits, decisions)", ""},
              {"json", "", "print the report as JSON", ""},
+             {"backbone-only", "", "check only the backbone tensors of a case that also records unimplemented features", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
   if (args.positional().size() != 1) throw Error("ds41 conform: give exactly one case directory (see --help)");
@@ -25,6 +26,7 @@ int cmd_conform(int argc, char** argv) {
   ConformOptions opt;
   opt.mode = args.get_or("mode", "teacher");
   opt.out_path = args.get_or("out", "");
+  opt.backbone_only = args.flag("backbone-only");
   ConformReport r = run_conformance(args.positional()[0], opt, &pool);
   if (args.flag("json")) {
     nlohmann::json j;

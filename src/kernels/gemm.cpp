@@ -29,7 +29,7 @@
 namespace ds41 {
 namespace {
 
-constexpr int kLanes = 8;
+constexpr int kDenseLanes = 4;  // double lanes of the dense dot products (gemm.h)
 constexpr int64_t kBlock = 32;  // K block of the FP8/FP4 GEMM and of act_quant (§3.3)
 
 // ---- shape checks --------------------------------------------------------------------------
@@ -46,10 +46,6 @@ void check_quantized_dims(const char* what, int64_t M, int64_t N, int64_t K) {
                 " is not a multiple of the 32-element quantization block (spec §3.3)");
 }
 
-// ---- the fixed lane reduction (gemm.h) -----------------------------------------------------
-inline float reduce_lanes(const float* l) {
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
 
 // ============================================================================================
 // Reference twins: literal loops. Lane j of a run takes the products k with k % 8 == j in
@@ -57,9 +53,20 @@ inline float reduce_lanes(const float* l) {
 // ============================================================================================
 
 float reference_lane_dot(const float* a, const float* b, int64_t n) {
-  float lane[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t k = 0; k < n; ++k) lane[k % kLanes] += a[k] * b[k];
-  return reduce_lanes(lane);
+  double lane[kDenseLanes] = {0.0, 0.0, 0.0, 0.0};
+  for (int64_t k = 0; k < n; ++k) lane[k % kDenseLanes] += double(a[k]) * double(b[k]);
+  return float((lane[0] + lane[1]) + (lane[2] + lane[3]));
+}
+
+// One 32-element block of an FP8/FP4 GEMM: E4M3 activation codes times E4M3/E2M1 weight codes.
+// Every product is exact in fp32 (at most 4 x 4 significant bits) and lies in [2^-18, 2^18), so
+// their sum is exact in double whatever the order; it is rounded to fp32 once. This is the
+// golden generator's semantics ("block dot products exact then rounded once to fp32") and makes
+// the result independent of any SIMD or tiling order.
+float exact_block_dot(const float* a, const float* w) {
+  double lane[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int64_t k = 0; k < kBlock; ++k) lane[k % 4] += double(a[k] * w[k]);
+  return float((lane[0] + lane[1]) + (lane[2] + lane[3]));
 }
 
 // §3.3 for either weight format: decode_weight(n, k) gives the E4M3/E2M1 value, weight_scale(n, kb)
@@ -80,7 +87,7 @@ void reference_quantized_linear(const uint16_t* x, int64_t M, int64_t N, int64_t
           a[i] = e4m3_to_f32(codes[size_t(kb * kBlock + i)]);
           w[i] = decode_weight(n, kb * kBlock + i);
         }
-        const float partial = reference_lane_dot(a, w, kBlock);
+        const float partial = exact_block_dot(a, w);
         acc += (partial * a_scale[size_t(kb)]) * weight_scale(n, kb);
       }
       y[m * N + n] = f32_to_bf16(acc);
@@ -109,61 +116,34 @@ float* scratch(std::vector<float>& buffer, int64_t n) {
   return buffer.data();
 }
 
-// The 8 lanes of gemm.h as two 4-wide vectors (lanes 0-3 and 4-7). GCC/Clang generic vectors
-// are element-wise IEEE fp32 operations (lowered to SSE/NEON, or to scalars elsewhere), so each
-// lane sees exactly the scalar twin's operations. Plain loops were tried first: after unrolling
-// the 8-lane loop GCC vectorizes the *outer* (block) loop with strided shuffles instead, several
-// times slower than the twin itself.
-typedef float F32x4 __attribute__((vector_size(16)));
+// Dense dot products in double (gemm.h): lane j of 4 takes k = j mod 4. GCC/Clang generic
+// vectors keep each lane's operations element-wise IEEE double, identical to the scalar twin,
+// while letting the compiler use 2- or 4-wide registers.
+typedef double F64x4 __attribute__((vector_size(32)));
 
-inline F32x4 load4(const float* p) {
-  F32x4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+inline F64x4 widen4(const float* p) { return F64x4{double(p[0]), double(p[1]), double(p[2]), double(p[3])}; }
+inline float reduce4(const F64x4& l) { return float((l[0] + l[1]) + (l[2] + l[3])); }
 
-struct Lanes8 {
-  F32x4 lo{}, hi{};  // +0.0f to start, as in reference_lane_dot
-  // lane j += a[j] * w[j] for j = 0..7 (product rounded first: no FMA in this file)
-  void add_products(const float* a, const float* w) {
-    lo += load4(a) * load4(w);
-    hi += load4(a + 4) * load4(w + 4);
-  }
-  // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), the reduce_lanes tree.
-  float reduce() const {
-    const F32x4 s = lo + hi;
-    return (s[0] + s[2]) + (s[1] + s[3]);
-  }
-};
-
-// Lane-ordered dot products of R activation rows against one weight run of length n (n % 8 == 0),
-// R rows at a time so that each loaded weight vector feeds R * 2 independent accumulators.
+// Dot products of R activation rows against one weight run of length n (n % 4 == 0), R rows at a
+// time so that each widened weight vector feeds R accumulators.
 template <int R>
 inline void lane_dot_rows(const float* const* a, const float* w, int64_t n, float* out) {
-  Lanes8 lanes[R];
-  for (int64_t k = 0; k < n; k += kLanes) {
-    const F32x4 w_lo = load4(w + k), w_hi = load4(w + k + 4);
-    for (int r = 0; r < R; ++r) {
-      lanes[r].lo += load4(a[r] + k) * w_lo;
-      lanes[r].hi += load4(a[r] + k + 4) * w_hi;
-    }
+  F64x4 lanes[R];
+  for (int r = 0; r < R; ++r) lanes[r] = F64x4{0.0, 0.0, 0.0, 0.0};
+  for (int64_t k = 0; k < n; k += kDenseLanes) {
+    const F64x4 wv = widen4(w + k);
+    for (int r = 0; r < R; ++r) lanes[r] += widen4(a[r] + k) * wv;
   }
-  for (int r = 0; r < R; ++r) out[r] = lanes[r].reduce();
+  for (int r = 0; r < R; ++r) out[r] = reduce4(lanes[r]);
 }
 
-// One row of any length: tail products (n % 8 != 0) go to lanes 0..n%8-1, as k % 8 says.
+// One row of any length: tail products (n % 4 != 0) go to lanes 0..n%4-1, as k % 4 says.
 inline float lane_dot_any(const float* a, const float* w, int64_t n) {
-  Lanes8 lanes;
-  const int64_t body = n - n % kLanes;
-  for (int64_t k = 0; k < body; k += kLanes) lanes.add_products(a + k, w + k);
-  for (int64_t k = body; k < n; ++k) {
-    const int j = int(k - body);
-    if (j < 4)
-      lanes.lo[j] += a[k] * w[k];
-    else
-      lanes.hi[j - 4] += a[k] * w[k];
-  }
-  return lanes.reduce();
+  F64x4 lanes{0.0, 0.0, 0.0, 0.0};
+  const int64_t body = n - n % kDenseLanes;
+  for (int64_t k = 0; k < body; k += kDenseLanes) lanes += widen4(a + k) * widen4(w + k);
+  for (int64_t k = body; k < n; ++k) lanes[k - body] += double(a[k]) * double(w[k]);
+  return reduce4(lanes);
 }
 
 // E4M3 decode without a table lookup, written so that it vectorizes (integer ops, one compare
@@ -267,9 +247,10 @@ inline void quantized_rows(const float* act, const float* act_scale, int64_t r, 
   for (int64_t kb = 0; kb < KB; ++kb) {
     const float* a_kb[R];
     for (int i = 0; i < R; ++i) a_kb[i] = a[i] + kb * kBlock;
-    float partial[R];
-    lane_dot_rows<R>(a_kb, w_row + kb * kBlock, kBlock, partial);
-    for (int i = 0; i < R; ++i) acc[i] += (partial[i] * act_scale[(r + i) * KB + kb]) * w_scale[kb];
+    for (int i = 0; i < R; ++i) {
+      const float partial = exact_block_dot(a_kb[i], w_row + kb * kBlock);
+      acc[i] += (partial * act_scale[(r + i) * KB + kb]) * w_scale[kb];
+    }
   }
   for (int i = 0; i < R; ++i) y[i * y_stride] = f32_to_bf16(acc[i]);
 }
@@ -327,7 +308,7 @@ void dense_linear(const char* what, int64_t M, int64_t N, int64_t K, const XRows
       for (int64_t n = n0; n < n1; ++n) {
         const float* w = w_rows.row(n, row_buffer);
         int64_t r = r0;
-        if (K % kLanes == 0) {
+        if (K % kDenseLanes == 0) {
           for (; r + kMicroRows <= r1; r += kMicroRows) {
             const float* a[kMicroRows] = {act + r * K, act + (r + 1) * K, act + (r + 2) * K,
                                           act + (r + 3) * K};

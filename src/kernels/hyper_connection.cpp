@@ -63,12 +63,12 @@ void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_
   const int nmix = hc_mix_count(hc);
   for (int k = 0; k < nmix; ++k) {
     const float* row = fn + static_cast<int64_t>(k) * n;
-    float acc = 0.0f;
-    for (int64_t t = 0; t < n; ++t) {
-      const float prod = row[t] * bf16_to_f32(X[t]);
-      acc += prod;
-    }
-    mixes[k] = acc * r;  // F.linear(x, fn) * rsqrt: projection first, then the scalar
+    // Accumulated in double (exact products, one rounding to fp32): the golden reference's
+    // projections are effectively exact, and an fp32 running sum over hc*D terms drifts by
+    // enough to flip downstream FP8 codes (see gemm.h).
+    double acc = 0.0;
+    for (int64_t t = 0; t < n; ++t) acc += double(row[t]) * double(bf16_to_f32(X[t]));
+    mixes[k] = float(acc) * r;  // F.linear(x, fn) * rsqrt: projection first, then the scalar
   }
 }
 

@@ -20,9 +20,9 @@ constexpr int hc_mix_count(int hc) { return (2 + hc) * hc; }
 
 // mixes[k] = (sum_t fn[k][t] * fp32(X)[t]) * r,  t over the hc*D flattened copy-major stream,
 // r = 1/sqrt(mean(fp32(X)^2) + norm_eps) over all hc*D values (one statistic per token).
-// Order (model.py Block.hc_mixes): each dot product is accumulated in ascending t in fp32 (each
-// product rounded, then added; torch's sgemm blocks differently, last-bits only), then multiplied
-// by r (projection first, then the scalar). fn is [(2+hc)*hc][hc*D] fp32 row-major.
+// Each dot product is accumulated in double (exact products) and rounded once to fp32, like the
+// dense linears of gemm.h, then multiplied by r (model.py Block.hc_mixes: projection first, then
+// the scalar). fn is [(2+hc)*hc][hc*D] fp32 row-major.
 void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes);
 
 // The port's hc_split_sinkhorn (kernel.py K41:406-458), all fp32, each op rounded on its own:

@@ -16,12 +16,14 @@
 namespace ds41 {
 
 float rms_rsqrt_bf16(const uint16_t* x, int64_t n, float eps) {
-  float sum = 0.0f;  // torch reductions start from +0
+  // Sum of squares in double, rounded once: squares of bf16 values are exact, and torch's
+  // multi-accumulator fp32 reduction is much closer to the exact sum than a sequential fp32 one.
+  double acc = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    const float v = bf16_to_f32(x[i]);
-    const float sq = v * v;
-    sum += sq;
+    const double v = bf16_to_f32(x[i]);
+    acc += v * v;
   }
+  const float sum = static_cast<float>(acc);
   const float mean = sum / static_cast<float>(n);  // torch's CPU mean is sum().div_(n)
   const float shifted = mean + eps;
   return 1.0f / std::sqrt(shifted);  // torch.rsqrt on CPU: 1 / sqrt, two roundings

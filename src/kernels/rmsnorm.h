@@ -5,9 +5,9 @@
 //   var = sum(xf * xf) / n            (x.square().mean(-1): squares rounded, then summed, then / n)
 //   r   = 1 / sqrt(var + eps)         (torch.rsqrt = a correctly rounded sqrt, then a division)
 //   y   = bf16( fp32(w) * (xf * r) )  (x * rsqrt first, then weight * x; one bf16 rounding)
-// Summation order: the squares are added in ascending index order into one fp32 accumulator that
-// starts at +0. torch's CPU sum uses several vector accumulators instead, so the sum can differ
-// in the last fp32 bits; that reaches y only through r and flips a bf16 rounding very rarely.
+// Summation: the (exact) squares are summed in double and the sum rounded once to fp32, i.e. the
+// correctly rounded sum in practice. torch's multi-accumulator fp32 sum is close to that; an fp32
+// running sum is not, and its last-bit drift was seen to flip FP8 codes downstream (gemm.h).
 #pragma once
 
 #include <cstdint>

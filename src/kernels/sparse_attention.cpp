@@ -42,9 +42,11 @@ void sparse_attention_row(const uint16_t* q, int H, int64_t Dh, const uint16_t* 
           logits[j] = kNegInf;
           continue;
         }
-        float dot = 0.0f;
-        for (int64_t d = 0; d < Dh; ++d) dot += bf16_to_f32(qh[d]) * bf16_to_f32(rows[j][d]);
-        logits[j] = dot * softmax_scale;
+        // q.k of bf16 operands: exact products, summed in double and rounded once to fp32
+        // (the reference's tensor-core GEMM is far closer to exact than a sequential fp32 sum).
+        double dot = 0.0;
+        for (int64_t d = 0; d < Dh; ++d) dot += double(bf16_to_f32(qh[d])) * double(bf16_to_f32(rows[j][d]));
+        logits[j] = static_cast<float>(dot) * softmax_scale;
         block_max = std::max(block_max, logits[j]);
       }
 

@@ -3,8 +3,8 @@
 //
 // Per head h, over the index list in order, in blocks of kSparseAttnBlock entries (the tilelang
 // kernel's block; the port's sparse_attn reproduces it):
-//   l_j   = fp32(q_h . kv_j) * scale        dot of bf16 operands, fp32 accumulate in ascending d
-//                                            (each bf16*bf16 product is exact in fp32); invalid
+//   l_j   = fp32(q_h . kv_j) * scale        dot of bf16 operands summed in double, rounded once
+//                                            (each bf16*bf16 product is exact); invalid
 //                                            entries (nullptr) are l_j = -inf, i.e. excluded
 //   M     = fp32(-1e30) at the start         (finite, so an all-invalid row gives exact zeros)
 //   per block:  M'    = max(M, max_j l_j)

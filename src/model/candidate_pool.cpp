@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "kernels/topk.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -22,11 +23,7 @@ std::vector<uint8_t> candidate_pool_row(const float* scores, int64_t width, int6
   const int64_t newest = count > 0 ? (count - 1) / block_size : -1;
   if (newest >= 0 && newest < n_blocks) block[newest] = std::numeric_limits<float>::infinity();
   const int64_t k = std::min<int64_t>(topk_blocks, n_blocks);
-  std::vector<int64_t> order(static_cast<size_t>(n_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-    return block[a] > block[b] || (block[a] == block[b] && a < b);
-  });
+  const std::vector<int32_t> order = torch_topk_largest(block.data(), n_blocks, k, /*sorted=*/true);
   std::vector<uint8_t> keep(size_t(width), 0);
   for (int64_t i = 0; i < k; ++i) {
     const int64_t b = order[i];

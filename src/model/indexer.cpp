@@ -1,7 +1,7 @@
 // CSA² indexer (spec backbone.md §5.5): a small side attention that scores every visible
 // compressed entry for each query and keeps the best index_topk. Scores are computed in bf16 as
 // the reference does (bf16 dot products, ReLU, times bf16 head weights, bf16 head sum), so ties
-// are common; our tie-break is deterministic (lower entry first).
+// are common; ties are broken exactly as the reference's CPU torch.topk does (kernels/topk.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,19 +12,17 @@
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
+#include "kernels/topk.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
 
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k) {
-  k = int(std::min<int64_t>(k, width));
-  std::vector<int32_t> order(static_cast<size_t>(width));
-  std::iota(order.begin(), order.end(), 0);
-  auto better = [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+  // torch.topk(sorted=False) tie behaviour (kernels/topk.h), then ascending like the reference.
+  std::vector<int32_t> picked = torch_topk_largest(scores, width, k, /*sorted=*/false);
   std::vector<int32_t> out;
-  for (int i = 0; i < k; ++i)
-    if (order[i] < count) out.push_back(order[i]);  // unreachable picks become -1 in the reference
+  for (int32_t e : picked)
+    if (e < count) out.push_back(e);  // unreachable picks become -1 in the reference
   std::sort(out.begin(), out.end());
   return out;
 }

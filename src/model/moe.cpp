@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/topk.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -78,13 +79,11 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     int32_t* sel = ids.data() + int64_t(s) * k;
     bool pinned = ctx.hooks && ctx.hooks->pin_experts && ctx.hooks->pin_experts(lp.id, s, sel);
     if (!pinned) {
-      std::vector<int32_t> order(static_cast<size_t>(E));
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-        float va = row[a] + bias[a], vb = row[b] + bias[b];
-        return va > vb || (va == vb && a < b);
-      });
-      std::copy(order.begin(), order.begin() + k, sel);
+      // (scores + bias).topk(k): torch's CPU selection, including its order (kernels/topk.h).
+      std::vector<float> biased(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) biased[size_t(e)] = row[e] + bias[e];
+      const std::vector<int32_t> order = torch_topk_largest(biased.data(), E, k, /*sorted=*/true);
+      std::copy(order.begin(), order.end(), sel);
     }
     float* wt = weights.data() + int64_t(s) * k;
     float sum = 0.f;

@@ -1,0 +1,76 @@
+// Every golden case in ../shared/goldens (produced by the official reference) is read and run in
+// the teacher-forced and pinned-decision modes. A case whose features this build lacks is
+// reported as skipped with the reason; everything else must pass within the case's tolerances.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/thread_pool.h"
+#include "runtime/conformance.h"
+#include "test_paths.h"
+
+namespace ds41 {
+namespace {
+
+std::vector<std::string> golden_cases() {
+  std::vector<std::string> out;
+  const std::string root = test::shared_dir() + "/goldens";
+  if (!std::filesystem::is_directory(root)) return out;
+  for (auto& e : std::filesystem::directory_iterator(root))
+    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(GoldenConformance, EveryCaseIsPresentAndReadable) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  auto cases = golden_cases();
+  ASSERT_GE(cases.size(), 4u);
+  for (const auto& c : cases) {
+    std::ifstream in(test::shared_dir() + "/goldens/" + c + "/case.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    EXPECT_TRUE(j.contains("prompt_tokens") && j.contains("forced_tokens") && j.contains("tolerance")) << c;
+  }
+}
+
+class GoldenCase : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(GoldenCase, PassesWithinTheCaseTolerances) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  const auto& [name, mode] = GetParam();
+  const std::string dir = test::shared_dir() + "/goldens/" + name;
+  if (!std::filesystem::exists(dir + "/case.json")) GTEST_SKIP() << "case " << name << " not present";
+  ThreadPool pool(2);
+  ConformOptions opt;
+  opt.mode = mode;
+  ConformReport r = run_conformance(dir, opt, &pool);
+  if (!r.ran) GTEST_SKIP() << r.summary();
+  for (const auto& c : r.checks)
+    EXPECT_TRUE(c.pass) << name << " [" << mode << "] " << c.name << ": " << c.max_abs << " > " << c.tolerance << " "
+                        << c.note;
+  EXPECT_TRUE(r.pass) << r.summary();
+  std::cout << r.summary() << "\n";
+}
+
+std::vector<std::tuple<std::string, std::string>> all_case_modes() {
+  std::vector<std::tuple<std::string, std::string>> v;
+  auto cases = golden_cases();
+  if (cases.empty()) cases = {"backbone-a", "dspark-a", "engram-a", "vision-a"};
+  for (const auto& c : cases)
+    for (const char* m : {"teacher", "pinned"}) v.emplace_back(c, m);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, GoldenCase, ::testing::ValuesIn(all_case_modes()),
+                         [](const auto& info) {
+                           std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (char& ch : s)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace ds41
