@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/build.sh
-exec build/ds41 demo "$@"
+exec build/ds41 run "$@"

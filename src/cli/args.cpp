@@ -23,6 +23,8 @@ bool Args::parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h") a = "--help";
+    // Single-letter short options (-m DIR) are spelled as options named by that letter.
+    if (a.size() == 2 && a[0] == '-' && a[1] != '-' && find(a.substr(1))) a = "-" + a;
     if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
       std::string name = a.substr(2), value;
       bool has_inline = false;

@@ -7,5 +7,7 @@ namespace ds41::cli {
 int cmd_inspect(int argc, char** argv);
 int cmd_mkmodel(int argc, char** argv);
 int cmd_conform(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_dump(int argc, char** argv);
 
 }  // namespace ds41::cli

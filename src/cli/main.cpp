@@ -17,6 +17,8 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"run", ds41::cli::cmd_run, "generate tokens (default: the built-in demo model)"},
+    {"dump", ds41::cli::cmd_dump, "write every block's stream and all logits after a prefill"},
     {"inspect", ds41::cli::cmd_inspect, "describe a checkpoint or config (layer plan, tensors, KV bytes, validation)"},
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},

@@ -486,6 +486,10 @@ std::vector<std::string> config_problems(const ModelConfig& c) {
   }
   if (c.candidate_source_layer >= 0) {
     need(idx.count(c.candidate_source_layer), "candidate_source_layer " + std::to_string(c.candidate_source_layer) + " must be an index source layer");
+    // The pool is a mask over the candidate source's entries: later index sources must score
+    // those same entries, i.e. no other kv source may start after the candidate source.
+    for (int s : c.kv_source_layers)
+      need(s <= c.candidate_source_layer, "kv source layer " + std::to_string(s) + " comes after the candidate source layer " + std::to_string(c.candidate_source_layer) + "; the candidate pool would not apply to its entries");
     pos(c.candidate_topk_blocks, "candidate_topk_blocks");
     pos(c.candidate_block_size, "candidate_block_size");
   }

@@ -19,7 +19,7 @@ namespace ds41 {
 
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k) {
   // torch.topk(sorted=False) tie behaviour (kernels/topk.h), then ascending like the reference.
-  std::vector<int32_t> picked = torch_topk_largest(scores, width, k, /*sorted=*/false);
+  std::vector<int32_t> picked = torch_topk_largest(scores, width, std::min<int64_t>(k, width), /*sorted=*/false);
   std::vector<int32_t> out;
   for (int32_t e : picked)
     if (e < count) out.push_back(e);  // unreachable picks become -1 in the reference
@@ -83,8 +83,11 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
           continue;
         }
       }
-      for (int64_t t = 0; t < total; ++t) {
-        if (t >= count) { score[t] = -std::numeric_limits<float>::infinity(); continue; }
+      // Canonical row width = the entries this query can see. The reference's decode call has
+      // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
+      // only changes how exact ties are broken. Using the visible width in every call shape keeps
+      // prefill, decode and chunked calls identical and equal to the reference's decode.
+      for (int64_t t = 0; t < count; ++t) {
         float acc = 0.f;
         for (int64_t h = 0; h < NH; ++h) {
           const uint16_t* qv = qi.data() + (s * NH + h) * IH;
@@ -97,11 +100,11 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
         score[t] = round_bf16(acc);
       }
       if (pool_source)
-        ctx.candidates[s] = candidate_pool_row(score.data(), total, count, c.candidate_topk_blocks, c.candidate_block_size);
+        ctx.candidates[s] = candidate_pool_row(score.data(), count, count, c.candidate_topk_blocks, c.candidate_block_size);
       if (pool_restricted)
-        for (int64_t t = 0; t < total; ++t)
+        for (int64_t t = 0; t < count; ++t)
           if (!ctx.candidates[s][t]) score[t] = -std::numeric_limits<float>::infinity();
-      out[s] = select_topk_row(score.data(), total, count, c.index_topk);
+      out[s] = select_topk_row(score.data(), count, count, c.index_topk);
     }
   });
   if (ctx.hooks && ctx.hooks->on_topk)
