@@ -1,0 +1,104 @@
+// Engram (spec engram_dspark_vision.md §A.7-§A.10): before an Engram block, each position looks
+// up one table row per hash column (FP8 rows with per-32 E8M0 scales, read straight from the
+// mmap'd checkpoint: the released tables are ~98 GB each and only the touched rows are paged in),
+// projects the concatenated rows with an FP8 linear into one key per hyper-connection copy plus
+// one shared value, and adds value * gate to each copy, where the gate compares the copy with its
+// key (per-copy RMS normalisation, signed square root, sigmoid).
+#include <cmath>
+#include <cstring>
+#include <sys/mman.h>
+
+#include "base/thread_pool.h"
+#include "kernels/gemm.h"
+#include "kernels/numeric_formats.h"
+#include "model/forward_context.h"
+
+namespace ds41 {
+
+namespace {
+
+// Ask the kernel to start reading the table rows this call needs (they are scattered over a
+// ~100 GB table, so sequential read-ahead does not help). Advisory only.
+void prefetch_rows(const uint8_t* base, int64_t row_bytes, const int64_t* ids, int64_t n) {
+  static const long page = sysconf(_SC_PAGESIZE);
+  for (int64_t i = 0; i < n; ++i) {
+    const uintptr_t start = reinterpret_cast<uintptr_t>(base + ids[i] * row_bytes);
+    const uintptr_t aligned = start & ~uintptr_t(page - 1);
+    madvise(reinterpret_cast<void*>(aligned), size_t(start + row_bytes - aligned), MADV_WILLNEED);
+  }
+}
+
+float mean_square(const float* v, int64_t n) {
+  double acc = 0.0;  // exact squares, one rounding (as the other RMS statistics, rmsnorm.h)
+  for (int64_t i = 0; i < n; ++i) acc += double(v[i]) * double(v[i]);
+  return float(acc) / float(n);
+}
+
+}  // namespace
+
+void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const int64_t* row_ids,
+                    int cols, uint16_t* X) {
+  const ModelConfig& c = ctx.cfg;
+  const int S = ctx.S, hc = c.hc_mult;
+  const int64_t D = c.dim, HD = c.engram_head_dim, E = int64_t(cols) * HD;
+  const float eps = float(c.norm_eps);
+
+  // Gather and dequantize the rows: value = e4m3 * 2^(scale - 127), exact in bf16 (§A.7).
+  for (int s = 0; s < S; ++s)
+    for (int col = 0; col < cols; ++col) {
+      const int64_t id = row_ids[int64_t(s) * cols + col];
+      if (id < 0 || id >= w.engram_rows)
+        throw Error("Engram layer " + std::to_string(lp.id) + ": hash row " + std::to_string(id) + " is outside its table of " +
+                    std::to_string(w.engram_rows) + " rows");
+    }
+  prefetch_rows(w.engram_table, HD, row_ids, int64_t(S) * cols);
+  std::vector<uint16_t> e(static_cast<size_t>(S) * E);
+  parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      for (int col = 0; col < cols; ++col) {
+        const int64_t id = row_ids[s * cols + col];
+        const uint8_t* codes = w.engram_table + id * HD;
+        const uint8_t* scales = w.engram_table_scale + id * (HD / 32);
+        uint16_t* out = e.data() + s * E + int64_t(col) * HD;
+        for (int64_t j = 0; j < HD; ++j) out[j] = f32_to_bf16(kE4M3Table[codes[j]] * e8m0_to_f32(scales[j / 32]));
+      }
+  });
+
+  // kv = wkv(e): keys for the hc copies, then one shared value (§A.8).
+  std::vector<uint16_t> kv(static_cast<size_t>(S) * (hc + 1) * D);
+  linear_fp8(e.data(), S, w.engram_wkv, kv.data(), ctx.pool);
+
+  // Gate per copy and write (§A.9). q_weight * k_weight is only ever used as a product.
+  std::vector<float> wgt(static_cast<size_t>(hc) * D);
+  for (int64_t i = 0; i < int64_t(hc) * D; ++i) wgt[size_t(i)] = bf16_to_f32(w.engram_q_weight[i]) * bf16_to_f32(w.engram_k_weight[i]);
+  const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
+  const std::vector<uint8_t>* text = ctx.engram_text_mask;
+  parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+    std::vector<float> h(static_cast<size_t>(D)), k(static_cast<size_t>(D)), v(static_cast<size_t>(D));
+    for (int64_t s = s0; s < s1; ++s) {
+      const bool active = !text || (*text)[size_t(s)];
+      const uint16_t* kvs = kv.data() + s * (hc + 1) * D;
+      for (int64_t d = 0; d < D; ++d) v[size_t(d)] = bf16_to_f32(kvs[hc * D + d]);
+      for (int ci = 0; ci < hc; ++ci) {
+        uint16_t* xc = X + (s * hc + ci) * D;
+        for (int64_t d = 0; d < D; ++d) {
+          h[size_t(d)] = bf16_to_f32(xc[d]);
+          k[size_t(d)] = bf16_to_f32(kvs[ci * D + d]);
+        }
+        float gate = 0.f;
+        if (active) {
+          const float rstd = (1.0f / std::sqrt(mean_square(h.data(), D) + eps)) * (1.0f / std::sqrt(mean_square(k.data(), D) + eps));
+          double acc = 0.0;
+          for (int64_t d = 0; d < D; ++d) acc += double((h[size_t(d)] * wgt[size_t(ci * D + d)]) * k[size_t(d)]);
+          const float dot = (float(acc) * rstd) * inv_sqrt_dim;
+          const float g = std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot);
+          gate = 1.0f / (1.0f + std::exp(-g));
+        }
+        if (gate == 0.f) continue;  // h + 0 * value = h: the copy passes through unchanged
+        for (int64_t d = 0; d < D; ++d) xc[d] = f32_to_bf16(h[size_t(d)] + gate * v[size_t(d)]);
+      }
+    }
+  });
+}
+
+}  // namespace ds41
