@@ -9,5 +9,6 @@ int cmd_mkmodel(int argc, char** argv);
 int cmd_conform(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_dump(int argc, char** argv);
+int cmd_engram(int argc, char** argv);
 
 }  // namespace ds41::cli

@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"dump", ds41::cli::cmd_dump, "write every block's stream and all logits after a prefill"},
     {"inspect", ds41::cli::cmd_inspect, "describe a checkpoint or config (layer plan, tensors, KV bytes, validation)"},
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
+    {"engram", ds41::cli::cmd_engram, "print the Engram hash rows of a sequence"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
 };
 

@@ -19,6 +19,7 @@ struct ForwardContext {
   ThreadPool* pool;
   const ForwardHooks* hooks;
   const std::vector<uint8_t>* image_mask;
+  const std::vector<uint8_t>* engram_text_mask;  // 1 = text position (gate on); nullptr = all text
   const std::vector<float>& inv_freq_plain;
   const std::vector<float>& inv_freq_compressed;
   int64_t start = 0;  // position of the first token of the call
@@ -53,6 +54,10 @@ std::vector<uint8_t> candidate_pool_row(const float* scores, int64_t width, int6
                                         int block_size);
 // Top-k entry ids of a score row (ties: lower index first), ascending; entries >= count dropped.
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k);
+// Engram before an Engram block: row_ids [S][cols] (this layer's hash rows), X [S][hc][dim] updated
+// in place.
+void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const int64_t* row_ids,
+                    int cols, uint16_t* X);
 // MoE sublayer: x [S][dim] -> y [S][dim].
 void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x, uint16_t* y);
 

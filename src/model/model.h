@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/engram_hash.h"
 #include "model/layer_plan.h"
 #include "model/sequence_state.h"
 #include "model/weights.h"
@@ -23,6 +24,10 @@
 namespace ds41 {
 
 class ThreadPool;
+
+// File name of a precomputed Engram compressed token map inside a checkpoint directory (format in
+// text/compressed_vocab.h); `ds41 mkmodel` writes one when no tokenizer is given.
+inline constexpr const char* kEngramMapFileName = "engram_compressed_vocab.bin";
 
 struct ForwardOptions {
   // false (default) = the reference: an index source reads the index keys most recently
@@ -60,6 +65,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelPlan& plan() const { return plan_; }
   const ModelWeights& weights() const { return weights_; }
+  const std::vector<int32_t>& compressed_vocab() const { return compressed_vocab_; }
   SequenceState new_sequence() const { return make_sequence_state(config_, plan_); }
 
   // Runs `tokens` at state.pos and advances the state. Returns fp32 logits: [1][vocab] for the
@@ -75,6 +81,9 @@ class Model {
   ModelPlan plan_;
   ModelWeights weights_;
   std::vector<float> inv_freq_plain_, inv_freq_compressed_;
+  // Engram: raw token id -> compressed id (spec §A.2), and the hashing constants (§A.3-§A.4).
+  std::vector<int32_t> compressed_vocab_;
+  std::unique_ptr<EngramHashParams> engram_hash_;
   friend struct ForwardContext;
 };
 

@@ -14,7 +14,9 @@
 #include "base/thread_pool.h"
 #include "io/safetensors_writer.h"
 #include "kernels/numeric_formats.h"
+#include "model/model.h"
 #include "model/weight_catalogue.h"
+#include "text/compressed_vocab.h"
 
 namespace ds41 {
 
@@ -168,7 +170,26 @@ float random_normal(uint64_t key, uint64_t index) {
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
-void write_random_checkpoint(const ModelConfig& c, const std::string& dir, const RandomCheckpointOptions& opt) {
+void write_random_checkpoint(const ModelConfig& config, const std::string& dir, const RandomCheckpointOptions& opt) {
+  ModelConfig c = config;
+  // Engram needs the compressed token map (spec §A.2). With a tokenizer it is derived from it (and
+  // the config takes its distinct-key count); ids the tokenizer lacks get their own new compressed
+  // ids. Without one, a synthetic map with the configured count is used. Either way the map is
+  // written beside the weights, so the model loads without re-deriving it.
+  std::vector<int32_t> engram_map;
+  if (!c.engram_layer_ids.empty()) {
+    if (!opt.tokenizer_path.empty()) {
+      int64_t distinct = 0;
+      engram_map = derive_compressed_vocab(opt.tokenizer_path, &distinct);
+      if (int64_t(engram_map.size()) > c.vocab_size) engram_map.resize(size_t(c.vocab_size));
+      int32_t next = 0;
+      for (int32_t v : engram_map) next = std::max(next, v + 1);
+      while (int64_t(engram_map.size()) < c.vocab_size) engram_map.push_back(next++);
+      c.engram_compressed_vocab_size = next;
+    } else {
+      engram_map = synthetic_compressed_vocab(c.vocab_size, c.engram_compressed_vocab_size);
+    }
+  }
   validate_config(c);
   std::vector<TensorSpec> cat = build_weight_catalogue(c);
   fs::create_directories(fs::path(dir) / "inference");
@@ -211,6 +232,7 @@ void write_random_checkpoint(const ModelConfig& c, const std::string& dir, const
   if (shard_bytes == 0) shard_bytes = std::max<uint64_t>(1, (total + opt.min_shards - 1) / std::max(1, opt.min_shards));
   write_sharded_checkpoint(dir, std::move(tensors), shard_bytes, opt.min_shards);
 
+  if (!engram_map.empty()) write_compressed_vocab_file((fs::path(dir) / kEngramMapFileName).string(), engram_map);
   write_json_file(fs::path(dir) / "config.json", config_to_hf_json(c));
   write_json_file(fs::path(dir) / "inference" / "config.json", config_to_flat_json(c));
 

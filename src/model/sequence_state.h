@@ -35,7 +35,9 @@ struct SequenceState {
   // Reference behaviour (spec pitfall, §5.5): index keys are "published" by a kv source only in a
   // call where its compressor emitted a latent; other index sources read the last published cache.
   int index_k_publisher = -1;
-  std::vector<int32_t> token_history;  // every token consumed (Engram hashing, sessions)
+  std::vector<int32_t> token_history;  // every token consumed (sessions)
+  // Engram: compressed id of every position consumed (-1 = image position, "dead" for n-grams).
+  std::vector<int64_t> engram_history;
 
   // Bytes held by the length-proportional caches (compressed KV + index K), for the 890 B/token
   // arithmetic check.

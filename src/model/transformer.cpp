@@ -13,6 +13,7 @@
 #include "kernels/rope.h"
 #include "model/forward_context.h"
 #include "model/weight_catalogue.h"
+#include "text/compressed_vocab.h"
 
 namespace ds41 {
 
@@ -29,6 +30,27 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
   m->inv_freq_compressed_ = rope_inv_freq(int(c.rope_head_dim), c.compress_rope_theta, c.original_seq_len,
                                           c.rope_factor, c.beta_fast, c.beta_slow);
+  if (!c.engram_layer_ids.empty()) {
+    // The compressed token map is not part of the checkpoint (spec §A.2): a precomputed map file
+    // beside the weights wins, else it is derived from the model's tokenizer.json.
+    const std::filesystem::path map_file = std::filesystem::path(dir) / kEngramMapFileName;
+    const std::filesystem::path tokenizer = std::filesystem::path(dir) / "tokenizer.json";
+    std::string source;
+    if (std::filesystem::exists(map_file)) source = map_file.string();
+    else if (std::filesystem::exists(tokenizer)) source = tokenizer.string();
+    else
+      throw Error(dir + ": this model uses Engram, which needs the tokenizer's compressed token map: put the model's "
+                        "tokenizer.json (or a precomputed " + std::string(kEngramMapFileName) + ") in the checkpoint directory");
+    CompressedVocab cv = load_compressed_vocab(source, c.engram_compressed_vocab_size);
+    if (cv.size() < c.vocab_size)
+      throw Error(source + ": the compressed token map covers " + std::to_string(cv.size()) + " token ids but the model's vocabulary has " +
+                  std::to_string(c.vocab_size));
+    m->compressed_vocab_ = std::move(cv.map);
+    if (c.engram_pad_id < 0 || c.engram_pad_id >= int64_t(m->compressed_vocab_.size()))
+      throw Error(dir + ": engram_pad_id " + std::to_string(c.engram_pad_id) + " is not a token id");
+    m->engram_hash_ = std::make_unique<EngramHashParams>(
+        make_engram_hash_params(c, m->compressed_vocab_[size_t(c.engram_pad_id)]));
+  }
   return m;
 }
 
@@ -42,11 +64,27 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
     if (t < 0 || t >= c.vocab_size)
       throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.vocab_size - 1) + ")");
   if (image_mask && int(image_mask->size()) != S) throw Error("forward: image mask length differs from the token count");
-  for (const LayerPlan& lp : plan_.layers)
-    if (lp.engram && !lp.is_dspark)
-      throw Error("this checkpoint uses Engram (layers with n-gram hash memory), which this build does not implement yet");
+  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos : 0))
+    throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
 
-  ForwardContext ctx{c, plan_, weights_, state, opt, pool, hooks, image_mask, inv_freq_plain_, inv_freq_compressed_};
+  // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
+  // is written first, so the call's own earlier tokens are n-gram context.
+  std::vector<int64_t> engram_ids;
+  std::vector<uint8_t> text_mask;
+  int engram_cols = 0;
+  if (engram_hash_) {
+    for (int s = 0; s < S; ++s)
+      state.engram_history.push_back(image_mask && (*image_mask)[size_t(s)] ? kEngramDead
+                                                                            : int64_t(compressed_vocab_[size_t(tokens[size_t(s)])]));
+    engram_cols = engram_hash_->columns;
+    engram_ids.resize(size_t(S) * engram_hash_->n_layers * engram_cols);
+    engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data());
+    if (image_mask)
+      for (uint8_t m : *image_mask) text_mask.push_back(m ? 0 : 1);
+  }
+
+  ForwardContext ctx{c, plan_, weights_, state, opt, pool, hooks, image_mask, text_mask.empty() ? nullptr : &text_mask,
+                     inv_freq_plain_, inv_freq_compressed_};
   ctx.start = state.pos;
   ctx.S = S;
   ctx.topk.resize(plan_.layers.size());
@@ -72,6 +110,14 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
     if (lp.is_dspark) continue;  // drafter stages run only in speculative decoding
     const BlockWeights& w = weights_.blocks[lp.id];
     if (hooks && hooks->before_block) hooks->before_block(lp.id, S, X.data(), a_in.data());
+    if (lp.engram) {  // Engram writes into the stream before the block (§A.10)
+      std::vector<int64_t> rows(static_cast<size_t>(S) * engram_cols);
+      for (int s = 0; s < S; ++s)
+        std::memcpy(rows.data() + int64_t(s) * engram_cols,
+                    engram_ids.data() + (int64_t(s) * engram_hash_->n_layers + lp.engram_index) * engram_cols,
+                    size_t(engram_cols) * sizeof(int64_t));
+      engram_forward(ctx, lp, w, rows.data(), engram_cols, X.data());
+    }
 
     // Attention sublayer.
     Xres = X;

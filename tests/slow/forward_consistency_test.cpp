@@ -80,6 +80,26 @@ TEST_F(ForwardConsistency, PrefillEqualsDecodeEqualsChunkedBitForBit) {
   }
 }
 
+TEST(ForwardConsistencyEngram, PrefillEqualsDecodeEqualsChunkedWithEngram) {
+  // The tiny preset with Engram at two layers: the n-gram history and hashes must not depend on
+  // the call shape either.
+  auto model = Model::load(test::tiny_model_dir(true));
+  ASSERT_FALSE(model->config().engram_layer_ids.empty());
+  ThreadPool pool(2);
+  auto prompt = random_prompt(300, 21);
+  RunResult whole = run_chunked(*model, prompt, 300, &pool);
+  for (int chunk : {1, 7, 129}) {
+    RunResult part = run_chunked(*model, prompt, chunk, &pool);
+    ASSERT_EQ(part.final_stream.size(), whole.final_stream.size());
+    EXPECT_EQ(0, std::memcmp(part.final_stream.data(), whole.final_stream.data(), whole.final_stream.size() * 2))
+        << "chunk=" << chunk;
+  }
+  // Engram changes the numbers (the tables are not inert).
+  auto plain = Model::load(test::tiny_model_dir(false));
+  RunResult without = run_chunked(*plain, prompt, 300, &pool);
+  EXPECT_NE(whole.final_stream, without.final_stream);
+}
+
 TEST_F(ForwardConsistency, ResultsDoNotDependOnTheThreadCount) {
   auto prompt = random_prompt(200, 7);
   ThreadPool one(1), three(3);

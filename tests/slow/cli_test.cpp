@@ -1,0 +1,152 @@
+// The ds41 command as a user runs it: exit codes, JSON output, error messages on stderr.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_paths.h"
+
+namespace ds41 {
+namespace {
+
+struct CommandResult {
+  int status = -1;
+  std::string out, err;
+};
+
+CommandResult run_ds41(const std::string& args) {
+  test::TempDir tmp;
+  const std::string err_file = tmp / "stderr";
+  const std::string cmd = test::ds41_binary() + " " + args + " 2>" + err_file;
+  CommandResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream e(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+TEST(Cli, InspectReleasedConfigReportsTheCensus) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  auto r = run_ds41("inspect --config " + test::shared_dir() + "/assets/config.json --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tensors"], 96085);
+  EXPECT_EQ(j["dtype_counts"]["BF16"], 520);
+  EXPECT_EQ(j["dtype_counts"]["F32"], 387);
+  EXPECT_EQ(j["dtype_counts"]["F8_E4M3"], 357);
+  EXPECT_EQ(j["dtype_counts"]["F8_E8M0"], 47589);
+  EXPECT_EQ(j["dtype_counts"]["I8"], 47232);
+  EXPECT_EQ(j["kv_bytes_per_token"], 890.0);
+  EXPECT_EQ(j["layers"].size(), 43u);
+  EXPECT_TRUE(j["errors"].empty());
+  // The flat form gives the same answer.
+  auto f = run_ds41("inspect --config " + test::shared_dir() + "/assets/inference_config.json --json");
+  ASSERT_EQ(f.status, 0) << f.err;
+  EXPECT_EQ(nlohmann::json::parse(f.out)["tensors"], 96085);
+}
+
+TEST(Cli, MkmodelTinyThenInspectValidatesClean) {
+  test::TempDir tmp;
+  auto m = run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/tiny --quiet --threads 2");
+  ASSERT_EQ(m.status, 0) << m.err;
+  auto r = run_ds41("inspect " + tmp.path() + "/tiny --json");
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["errors"].empty()) << j["errors"].dump();
+  EXPECT_GT(j["tensors"].get<int>(), 800);
+  // Human-readable form names the plan's modes.
+  auto h = run_ds41("inspect " + tmp.path() + "/tiny");
+  EXPECT_EQ(h.status, 0);
+  EXPECT_NE(h.out.find("reindex"), std::string::npos);
+  EXPECT_NE(h.out.find("validation: OK"), std::string::npos);
+}
+
+TEST(Cli, MkmodelIsDeterministicForASeed) {
+  test::TempDir tmp;
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/a --seed 7 --quiet").status, 0);
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/b --seed 7 --quiet --threads 1").status, 0);
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/c --seed 8 --quiet").status, 0);
+  int files = 0;
+  bool any_differs_from_c = false;
+  for (auto& e : std::filesystem::directory_iterator(tmp.path() + "/a")) {
+    if (!e.is_regular_file()) continue;
+    auto read = [](const std::string& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string name = e.path().filename().string();
+    const std::string a = read(e.path().string());
+    EXPECT_EQ(a, read(tmp.path() + "/b/" + name)) << name;
+    any_differs_from_c |= a != read(tmp.path() + "/c/" + name);
+    ++files;
+  }
+  EXPECT_GE(files, 4);
+  EXPECT_TRUE(any_differs_from_c);
+}
+
+TEST(Cli, EngramToolPrintsTheSpecRowIds) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  // spec engram_dspark_vision.md §A.6: compressed ids [5231, 887, 40211, 96, 7712, 330], pad 2.
+  auto r = run_ds41("engram --config " + test::shared_dir() + "/assets/config.json --compressed-ids 5231,887,40211,96,7712,330 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["1"].size(), 6u);
+  ASSERT_EQ(j["14"].size(), 6u);
+  const std::vector<int64_t> l1p4 = {8264676, 16730195, 32156052, 60226870, 72547671, 87911952, 103704897, 123344130,
+                                     134840050, 150641106, 169071798, 185892426, 205763263, 211119839, 239431612, 247221767,
+                                     269445064, 273058720, 288485192, 313073981, 329790643, 339351431, 354783518, 371650938};
+  const std::vector<int64_t> l14p0 = {3433227, 21826515, 47463766, 59443103, 73499425, 89026187, 111696466, 116375847,
+                                      133271081, 144456954, 167545859, 190216405, 205909100, 213167225, 227255830, 253839647,
+                                      262075331, 275474987, 297184019, 318083086, 326228440, 343900823, 356543967, 371923090};
+  EXPECT_EQ(j["1"][4].get<std::vector<int64_t>>(), l1p4);
+  EXPECT_EQ(j["14"][0].get<std::vector<int64_t>>(), l14p0);
+  // -1 marks an image position: it and the n-grams reaching over it use the pad.
+  auto img = run_ds41("engram --config " + test::shared_dir() + "/assets/config.json --compressed-ids 5231,-1,40211 --json");
+  ASSERT_EQ(img.status, 0) << img.err;
+  auto k = nlohmann::json::parse(img.out);
+  EXPECT_NE(k["1"][2], j["1"][2]);
+}
+
+TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
+  auto a = run_ds41("inspect /nonexistent/dir");
+  EXPECT_NE(a.status, 0);
+  auto b = run_ds41("mkmodel --preset huge --out /tmp/x");
+  EXPECT_NE(b.status, 0);
+  EXPECT_NE(b.err.find("unknown preset 'huge'"), std::string::npos) << b.err;
+  auto c = run_ds41("run --tokens 1,x,3 --max-tokens 1 -m /nonexistent");
+  EXPECT_NE(c.status, 0);
+  auto d = run_ds41("inspect --bogus");
+  EXPECT_NE(d.status, 0);
+  EXPECT_NE(d.err.find("unknown option '--bogus'"), std::string::npos) << d.err;
+  auto e = run_ds41("frobnicate");
+  EXPECT_NE(e.status, 0);
+  auto h = run_ds41("run --help");
+  EXPECT_EQ(h.status, 0);
+  EXPECT_NE(h.out.find("--threads"), std::string::npos);
+}
+
+TEST(Cli, CorruptCheckpointIsReportedByInspect) {
+  test::TempDir tmp;
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/m --quiet").status, 0);
+  // Truncate the second shard in its data area.
+  const std::string shard = tmp.path() + "/m/model-00002-of-00003.safetensors";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
+  auto r = run_ds41("inspect " + tmp.path() + "/m --json");
+  EXPECT_NE(r.status, 0);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j["errors"].empty());
+  EXPECT_NE(j["errors"][0].get<std::string>().find("model-00002-of-00003.safetensors"), std::string::npos) << j["errors"].dump();
+}
+
+}  // namespace
+}  // namespace ds41
