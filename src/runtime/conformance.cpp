@@ -144,10 +144,6 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
 
   auto model = Model::load((dir / cj.value("model", "model")).string());
   const ModelConfig& c = model->config();
-  if (!c.engram_layer_ids.empty()) {
-    rep.skipped_reason = "needs Engram, not implemented in this build";
-    return rep;
-  }
   if (vision_case && opt.mode != "teacher") {
     rep.skipped_reason = "end-to-end vision needs the ViT, not implemented in this build";
     return rep;
