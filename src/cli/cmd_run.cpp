@@ -47,19 +47,17 @@ std::vector<int32_t> parse_token_list(const std::string& s, int64_t vocab) {
   return out;
 }
 
-// The demo model: a random-weight checkpoint in the cache folder. Engram is left out until the
-// engine implements it (the `tiny` preset itself has it).
+// The demo model: the `tiny` preset (every mechanism, Engram included) with random weights, in the
+// cache folder.
 std::string demo_model_dir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
   fs::path cache = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
-  fs::path dir = cache / "ds41" / "demo-tiny";
+  fs::path dir = cache / "ds41" / "tiny";
   if (!fs::exists(dir / "model.safetensors.index.json")) {
     std::fprintf(stderr, "run: no model given (-m DIR); writing the built-in demo model (random weights) to %s\n",
                  dir.string().c_str());
     ModelConfig c = preset_config("tiny");
-    c.engram_layer_ids.clear();
-    c.engram_num_embeddings.clear();
     RandomCheckpointOptions opt;
     opt.seed = 0;
     write_random_checkpoint(c, dir.string(), opt);
