@@ -5,7 +5,11 @@
 #include <regex>
 #include <sstream>
 
+#include <cstring>
+
+#include "base/error.h"
 #include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "model/weight_catalogue.h"
@@ -119,6 +123,51 @@ TEST(WeightCatalogue, MatchesEveryGoldenCheckpointExactly) {
     ++cases;
   }
   EXPECT_GE(cases, 4);
+}
+
+}  // namespace
+}  // namespace ds41
+
+namespace ds41 {
+namespace {
+
+// A copy of the golden backbone-a checkpoint with one tensor missing, one mis-shaped, one of the
+// wrong dtype and one extra: all four are reported together, each naming its tensor.
+TEST(WeightCatalogue, ReportsMissingMisshapedWrongTypeAndUnexpectedTogether) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  const std::string src = test::shared_dir() + "/goldens/backbone-a/model";
+  ModelConfig c = load_model_dir_config(src);
+  TensorStore golden = TensorStore::open(src);
+  std::vector<TensorToWrite> out;
+  for (const TensorInfo& t : golden.tensors()) {
+    if (t.name == "layers.3.attn.wkv.weight") continue;  // missing
+    TensorToWrite w{t.name, t.dtype, t.shape, nullptr};
+    if (t.name == "layers.0.attn.wq_a.weight") std::swap(w.shape[0], w.shape[1]);  // wrong shape
+    if (t.name == "layers.1.attn.attn_sink") w.dtype = DType::I32;                 // wrong dtype
+    const TensorInfo* ti = &t;
+    w.fill = [ti](uint8_t* dst, size_t n) { std::memcpy(dst, ti->data, n); };
+    out.push_back(std::move(w));
+  }
+  out.push_back({"layers.0.attn.extra", DType::F32, {4}, nullptr});  // unexpected
+  test::TempDir tmp;
+  write_sharded_checkpoint(tmp.path(), out, 1 << 20, 2);
+  TensorStore broken = TensorStore::open(tmp.path());
+  auto problems = catalogue_problems(broken, build_weight_catalogue(c));
+  std::string all;
+  for (auto& p : problems) all += p + "\n";
+  EXPECT_NE(all.find("missing tensors (1)"), std::string::npos) << all;
+  EXPECT_NE(all.find("layers.3.attn.wkv.weight"), std::string::npos) << all;
+  EXPECT_NE(all.find("layers.0.attn.wq_a.weight: shape [128, 64], expected [64, 128]"), std::string::npos) << all;
+  EXPECT_NE(all.find("layers.1.attn.attn_sink: dtype I32, expected F32"), std::string::npos) << all;
+  EXPECT_NE(all.find("unexpected tensors (not in the model described by the config) (1)"), std::string::npos) << all;
+  EXPECT_NE(all.find("layers.0.attn.extra"), std::string::npos) << all;
+  // Model loading refuses it with the same list in one error.
+  try {
+    check_checkpoint_against_catalogue(broken, build_weight_catalogue(c));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not match its config"), std::string::npos);
+  }
 }
 
 }  // namespace
