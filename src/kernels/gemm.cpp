@@ -247,10 +247,11 @@ inline void quantized_rows(const float* act, const float* act_scale, int64_t r, 
   for (int64_t kb = 0; kb < KB; ++kb) {
     const float* a_kb[R];
     for (int i = 0; i < R; ++i) a_kb[i] = a[i] + kb * kBlock;
-    for (int i = 0; i < R; ++i) {
-      const float partial = exact_block_dot(a_kb[i], w_row + kb * kBlock);
-      acc[i] += (partial * act_scale[(r + i) * KB + kb]) * w_scale[kb];
-    }
+    // The vectorised double lanes compute the same exact block sum as exact_block_dot (any order
+    // of these exact products gives the exact sum), rounded once to fp32 by the reduction.
+    float partial[R];
+    lane_dot_rows<R>(a_kb, w_row + kb * kBlock, kBlock, partial);
+    for (int i = 0; i < R; ++i) acc[i] += (partial[i] * act_scale[(r + i) * KB + kb]) * w_scale[kb];
   }
   for (int i = 0; i < R; ++i) y[i * y_stride] = f32_to_bf16(acc[i]);
 }
