@@ -28,6 +28,19 @@ using json = nlohmann::json;
 
 namespace {
 
+// Peak resident set size of this process (VmHWM), 0 where /proc is unavailable. File-backed pages
+// of the mmap'd checkpoint count only once touched, so this shows what a run really pulls in.
+int64_t peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  std::fclose(f);
+  return int64_t(kb) * 1024;
+}
+
 std::vector<int32_t> parse_token_list(const std::string& s, int64_t vocab) {
   std::vector<int32_t> out;
   std::stringstream ss(s);
@@ -148,7 +161,8 @@ int cmd_run(int argc, char** argv) {
     j["generated"] = generated;
     j["steps"] = steps;
     j["timing"] = {{"load_s", load_s}, {"prefill_s", prefill_s}, {"prefill_tokens_per_s", double(prompt.size()) / prefill_s},
-                   {"decode_s", decode_s}, {"decode_tokens_per_s", decode_tps}, {"threads", pool.size()}};
+                   {"decode_s", decode_s}, {"decode_tokens_per_s", decode_tps}, {"threads", pool.size()},
+                   {"peak_rss_bytes", peak_rss_bytes()}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("\n");

@@ -1,12 +1,21 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
 namespace ds41 {
 
 namespace {
+
+void advise_random(const uint8_t* data, size_t bytes) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + bytes;
+  madvise(reinterpret_cast<void*>(begin), size_t(end - begin), MADV_RANDOM);  // advisory
+}
 
 class Loader {
  public:
@@ -138,7 +147,13 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
       const TensorInfo& t = L.tensor(e + "embed.weight", DType::F8_E4M3);
       b.engram_table = t.data;
       b.engram_rows = t.shape.at(0);
-      b.engram_table_scale = L.tensor(e + "embed.scale", DType::F8_E8M0).data;
+      const TensorInfo& ts = L.tensor(e + "embed.scale", DType::F8_E8M0);
+      b.engram_table_scale = ts.data;
+      // Engram rows are read at hash-random places of ~100 GB tables: tell the kernel not to read
+      // ahead around each touched row (it would otherwise map large folios around every row and
+      // the resident set would grow by megabytes per token).
+      advise_random(t.data, t.nbytes);
+      advise_random(ts.data, ts.nbytes);
       b.engram_wkv = L.fp8(e + "wkv");
       b.engram_q_weight = L.bf16(e + "q_weight");
       b.engram_k_weight = L.bf16(e + "k_weight");
