@@ -20,6 +20,7 @@
 #include "model/presets.h"
 #include "model/random_checkpoint.h"
 #include "runtime/sampler.h"
+#include "runtime/session.h"
 
 namespace ds41::cli {
 
@@ -82,7 +83,7 @@ std::string demo_model_dir() {
 
 int cmd_run(int argc, char** argv) {
   Args args("run", "generate tokens from a prompt of token ids",
-            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--json]",
+            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--json] [--load-session FILE] [--save-session FILE]",
             {{"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
              {"m", "DIR", "same as --model", ""},
              {"tokens", "IDS", "comma-separated prompt token ids", "0,128803,63006,44388,305,4575"},
@@ -92,6 +93,8 @@ int cmd_run(int argc, char** argv) {
              {"seed", "N", "sampling seed", "0"},
              {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
              {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
+             {"load-session", "FILE", "continue a saved sequence: --tokens are appended to it", ""},
+             {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
              {"json", "", "print generated ids, the top-5 logits of each step and timings as JSON", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
@@ -116,7 +119,14 @@ int cmd_run(int argc, char** argv) {
   const int64_t chunk = args.get_int("chunk", 0);
   if (chunk < 0) throw Error("--chunk must be >= 0");
 
-  SequenceState st = model->new_sequence();
+  // A loaded session must be checked before any work: a wrong file is an error, not a new sequence.
+  const std::string load_path = args.get_or("load-session", "");
+  const std::string save_path = args.get_or("save-session", "");
+  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model);
+  if (st.pos + int64_t(prompt.size()) > c.max_seq_len)
+    throw Error("--tokens: the sequence would be " + std::to_string(st.pos + int64_t(prompt.size())) +
+                " tokens long, more than the model's max_seq_len " + std::to_string(c.max_seq_len));
+  const int64_t start_pos = st.pos;
   json steps = json::array();
   std::vector<int32_t> generated;
   auto record_step = [&](const std::vector<float>& logits) {
@@ -151,6 +161,14 @@ int cmd_run(int argc, char** argv) {
     logits = model->forward(st, {tok}, fo, &pool);
   }
   auto t2 = std::chrono::steady_clock::now();
+  if (!save_path.empty()) {
+    // The loop stops before feeding the last sampled token; feed it so the saved sequence holds
+    // everything printed and a later --load-session continues after it.
+    if (!generated.empty() && st.pos < c.max_seq_len &&
+        st.pos < start_pos + int64_t(prompt.size() + generated.size()))
+      model->forward(st, {generated.back()}, fo, &pool);
+    save_session(save_path, *model, st);
+  }
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
   const double decode_tps = generated.size() > 1 ? double(generated.size() - 1) / decode_s : 0.0;
@@ -158,6 +176,7 @@ int cmd_run(int argc, char** argv) {
     json j;
     j["model"] = dir;
     j["prompt"] = prompt;
+    if (!load_path.empty()) j["session_start_pos"] = start_pos;
     j["generated"] = generated;
     j["steps"] = steps;
     j["timing"] = {{"load_s", load_s}, {"prefill_s", prefill_s}, {"prefill_tokens_per_s", double(prompt.size()) / prefill_s},

@@ -148,5 +148,26 @@ TEST(Cli, CorruptCheckpointIsReportedByInspect) {
   EXPECT_NE(j["errors"][0].get<std::string>().find("model-00002-of-00003.safetensors"), std::string::npos) << j["errors"].dump();
 }
 
+TEST(Cli, RunSavesAndContinuesASession) {
+  test::TempDir tmp;
+  const std::string m = "-m " + tmp.path() + "/tiny --threads 2";
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/tiny --quiet --threads 2").status, 0);
+  // Generate 3 tokens and save; the session then holds prompt + all 3 generated tokens.
+  auto a = run_ds41("run " + m + " --tokens 1,2,3 --max-tokens 3 --save-session " + tmp.path() + "/s.session");
+  ASSERT_EQ(a.status, 0) << a.err;
+  std::string g = a.out.substr(0, a.out.find('\n'));
+  // Continuing the session with one more token must equal running the whole sequence at once.
+  auto full = run_ds41("run " + m + " --tokens 1,2,3," + g + ",7 --max-tokens 4");
+  auto cont = run_ds41("run " + m + " --load-session " + tmp.path() + "/s.session --tokens 7 --max-tokens 4");
+  ASSERT_EQ(full.status, 0) << full.err;
+  ASSERT_EQ(cont.status, 0) << cont.err;
+  EXPECT_EQ(cont.out, full.out);
+  // A damaged session is a clear error, not a crash or a fresh sequence.
+  std::filesystem::resize_file(tmp.path() + "/s.session", 100);
+  auto bad = run_ds41("run " + m + " --load-session " + tmp.path() + "/s.session --tokens 7 --max-tokens 1");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("truncated"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace ds41
