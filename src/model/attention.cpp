@@ -104,6 +104,8 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     }
     if (lp.index_source) indexer_forward(ctx, lp, w, x, qr.data());
     topk = &ctx.topk[lp.index_source_layer];
+    if (ctx.hooks && ctx.hooks->on_attention_entries)
+      for (int s = 0; s < S; ++s) ctx.hooks->on_attention_entries(lp.id, s, (*topk)[size_t(s)]);
     const LayerState& src = ctx.state.layers[lp.kv_source_layer];
     for (const auto& row : *topk) used_entries.insert(used_entries.end(), row.begin(), row.end());
     std::sort(used_entries.begin(), used_entries.end());

@@ -58,6 +58,9 @@ std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t
 // in place.
 void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const int64_t* row_ids,
                     int cols, uint16_t* X);
+// SwiGLU of one element with the training clamps (§8.2): up clamped to [-limit, limit], gate
+// clamped from above only; limit <= 0 disables both.
+float swiglu(float gate, float up, float limit);
 // MoE sublayer: x [S][dim] -> y [S][dim].
 void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x, uint16_t* y);
 

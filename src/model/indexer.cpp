@@ -109,6 +109,8 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   });
   if (ctx.hooks && ctx.hooks->on_topk)
     for (int s = 0; s < S; ++s) ctx.hooks->on_topk(lp.id, s, out[s]);
+  if (pool_source && ctx.hooks && ctx.hooks->on_candidates)
+    for (int s = 0; s < S; ++s) ctx.hooks->on_candidates(lp.id, s, ctx.candidates[size_t(s)]);
 }
 
 }  // namespace ds41

@@ -54,6 +54,10 @@ struct ForwardHooks {
   // Decisions as made (after any pinning).
   std::function<void(int layer, int s, const std::vector<int32_t>& entries)> on_topk;
   std::function<void(int layer, int s, const int32_t* ids, int k)> on_experts;
+  // The compressed entries query s of layer L attended to (any compressed layer, Reuse included).
+  std::function<void(int layer, int s, const std::vector<int32_t>& entries)> on_attention_entries;
+  // The candidate pool built for query s at the candidate-source layer (keep flag per entry).
+  std::function<void(int layer, int s, const std::vector<uint8_t>& keep)> on_candidates;
 };
 
 class Model {

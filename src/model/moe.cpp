@@ -14,6 +14,14 @@
 
 namespace ds41 {
 
+float swiglu(float gate, float up, float limit) {
+  if (limit > 0) {
+    up = std::clamp(up, -limit, limit);
+    gate = std::min(gate, limit);
+  }
+  return gate / (1.f + std::exp(-gate)) * up;  // silu(g) * u in fp32
+}
+
 namespace {
 
 float score_function(const std::string& fn, float s) {
@@ -37,12 +45,7 @@ void expert_rows(const uint16_t* x, int64_t n, const Lin& w1, const Lin& w2, con
   linear(x, n, w3, u.data(), pool);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < I; ++i) {
-      float gv = bf16_to_f32(g[r * I + i]), uv = bf16_to_f32(u[r * I + i]);
-      if (limit > 0) {
-        uv = std::clamp(uv, -limit, limit);
-        gv = std::min(gv, limit);
-      }
-      float a = gv / (1.f + std::exp(-gv)) * uv;  // silu(g) * u in fp32
+      float a = swiglu(bf16_to_f32(g[r * I + i]), bf16_to_f32(u[r * I + i]), limit);
       if (route_w) a = route_w[r] * a;              // routing weight before w2
       h[r * I + i] = f32_to_bf16(a);
     }

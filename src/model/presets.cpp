@@ -123,7 +123,7 @@ ModelConfig preset_config(const std::string& name) {
     c.index_head_dim = 32;
     c.index_topk = 16;
     c.candidate_source_layer = 4;
-    c.candidate_topk_blocks = 4;
+    c.candidate_topk_blocks = 8;  // a pool of up to 32 entries: larger than top-16, as in the release
     c.candidate_block_size = 4;
     c.engram_layer_ids = {1, 3};
     c.engram_vocab_size = 1000;
