@@ -206,7 +206,9 @@ TEST(SparseAttention, LargeSinkShrinksTheOutputByThePredictedFactor) {
     const double a = bf16_to_f32(o1[d]), b = bf16_to_f32(o2[d]);
     // each output within ~2 bf16 roundings of its exact value: ratio within 4 * 2^-8 relative
     // (only checked where o1 is not tiny relative to the row, so relative errors are meaningful)
-    if (std::fabs(a) > 0.05) EXPECT_NEAR(b / a, factor, 4 * kBf16U * factor) << d;
+    if (std::fabs(a) > 0.05) {
+      EXPECT_NEAR(b / a, factor, 4 * kBf16U * factor) << d;
+    }
   }
 }
 
