@@ -1,5 +1,6 @@
 #include "cli/args.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -112,6 +113,37 @@ std::string Args::help_text() const {
     s += "\n";
   }
   return s;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& what) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = std::min(s.find(',', start), s.size());
+    const std::string item = s.substr(start, comma - start);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size()) throw Error(what + ": '" + item + "' is not an integer (expected e.g. 0,5,9)");
+    out.push_back(v);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& s, int64_t vocab, const std::string& what) {
+  if (s.empty()) throw Error(what + ": no token ids given");
+  std::vector<int32_t> out;
+  for (int64_t v : parse_int_list(s, what)) {
+    if (v < 0 || v >= vocab)
+      throw Error(what + ": id " + std::to_string(v) + " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
+    out.push_back(int32_t(v));
+  }
+  return out;
 }
 
 int resolve_threads(int64_t requested) {

@@ -40,6 +40,11 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// A comma-separated list of integers ("0,5,9"); `what` names the option in errors.
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& what);
+// Token ids: parse_int_list plus a range check against the vocabulary.
+std::vector<int32_t> parse_token_ids(const std::string& s, int64_t vocab, const std::string& what = "--tokens");
+
 // Threads: --threads N (0 = all cores).
 int resolve_threads(int64_t requested);
 

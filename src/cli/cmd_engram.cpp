@@ -2,7 +2,6 @@
 // Prints, for every Engram layer (keys = layer ids as strings), one list of
 // (max_ngram_size - 1) * n_heads row ids per position.
 #include <cstdio>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -14,26 +13,6 @@
 #include "model/model.h"
 
 namespace ds41::cli {
-
-namespace {
-std::vector<int64_t> parse_ids(const std::string& s, const char* what) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size()) throw Error(std::string(what) + ": '" + item + "' is not an integer");
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error(std::string(what) + ": no ids given");
-  return out;
-}
-}  // namespace
 
 int cmd_engram(int argc, char** argv) {
   Args args("engram", "print the Engram hash rows of a sequence",
@@ -58,17 +37,16 @@ int cmd_engram(int argc, char** argv) {
     if (c.engram_layer_ids.empty()) throw Error(dir + ": this model has no Engram layers");
     const auto& map = model->compressed_vocab();
     pad = map[size_t(c.engram_pad_id)];
-    for (int64_t t : parse_ids(args.get_or("tokens", ""), "--tokens")) {
-      if (t < 0 || t >= int64_t(map.size())) throw Error("--tokens: id " + std::to_string(t) + " is outside the vocabulary");
-      history.push_back(map[size_t(t)]);
-    }
+    for (int32_t t : parse_token_ids(args.get_or("tokens", ""), int64_t(map.size()))) history.push_back(map[size_t(t)]);
   } else {
     auto cfg = args.get("config");
     if (!cfg) throw Error("ds41 engram: give --config FILE with --compressed-ids, or -m DIR with --tokens");
     c = load_config_file(*cfg);
     validate_config(c);
     if (c.engram_layer_ids.empty()) throw Error(*cfg + ": this config has no Engram layers");
-    history = parse_ids(args.get_or("compressed-ids", ""), "--compressed-ids");
+    const std::string ids = args.get_or("compressed-ids", "");
+    if (ids.empty()) throw Error("--compressed-ids: no ids given");
+    history = parse_int_list(ids, "--compressed-ids");
     for (auto& h : history)
       if (h == -1) h = kEngramDead;
   }

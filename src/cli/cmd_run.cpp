@@ -42,25 +42,6 @@ int64_t peak_rss_bytes() {
   return int64_t(kb) * 1024;
 }
 
-std::vector<int32_t> parse_token_list(const std::string& s, int64_t vocab) {
-  std::vector<int32_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size()) throw Error("--tokens: '" + item + "' is not a token id (expected e.g. 0,5,9)");
-    if (v < 0 || v >= vocab) throw Error("--tokens: id " + item + " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
-    out.push_back(int32_t(v));
-  }
-  if (out.empty()) throw Error("--tokens: no token ids given");
-  return out;
-}
-
 // The demo model: the `tiny` preset (every mechanism, Engram included) with random weights, in the
 // cache folder.
 std::string demo_model_dir() {
@@ -105,7 +86,7 @@ int cmd_run(int argc, char** argv) {
   auto model = Model::load(dir);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model->config();
-  const std::vector<int32_t> prompt = parse_token_list(*args.get("tokens"), c.vocab_size);
+  const std::vector<int32_t> prompt = parse_token_ids(*args.get("tokens"), c.vocab_size);
   const int64_t max_tokens = args.get_int("max-tokens", 16);
   if (max_tokens < 0) throw Error("--max-tokens must be >= 0");
   SamplerOptions so;
@@ -211,7 +192,7 @@ int cmd_dump(int argc, char** argv) {
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   auto model = Model::load(dir);
   const ModelConfig& c = model->config();
-  const std::vector<int32_t> prompt = parse_token_list(*toks, c.vocab_size);
+  const std::vector<int32_t> prompt = parse_token_ids(*toks, c.vocab_size);
   const int64_t S = int64_t(prompt.size());
   std::vector<TensorBuffer> tensors;
   ForwardHooks hooks;

@@ -40,7 +40,7 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
                        uint16_t* y) {
   const ModelConfig& c = ctx.cfg;
   const int S = ctx.S;
-  const int64_t D = c.dim, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim, W = c.window_size;
+  const int64_t H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim, W = c.window_size;
   const int64_t Q = c.q_lora_rank;
   const float eps = float(c.norm_eps);
   LayerState& ls = ctx.state.layers[lp.id];
@@ -149,7 +149,6 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     for (int s = 0; s < S; ++s) std::memcpy(u.data() + (s * G + g) * Rk, group_out.data() + s * Rk, size_t(Rk) * 2);
   }
   linear_fp8(u.data(), S, w.wo_b, y, ctx.pool);
-  (void)D;
 }
 
 }  // namespace ds41

@@ -541,7 +541,6 @@ std::vector<std::string> config_problems(const ModelConfig& c) {
   }
   need(c.bos_token_id >= 0 && c.bos_token_id < c.vocab_size && c.eos_token_id >= 0 && c.eos_token_id < c.vocab_size,
        "bos_token_id / eos_token_id must be inside the vocabulary");
-  p.erase(std::remove(p.begin(), p.end(), std::string()), p.end());
   return p;
 }
 

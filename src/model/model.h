@@ -88,7 +88,6 @@ class Model {
   // Engram: raw token id -> compressed id (spec §A.2), and the hashing constants (§A.3-§A.4).
   std::vector<int32_t> compressed_vocab_;
   std::unique_ptr<EngramHashParams> engram_hash_;
-  friend struct ForwardContext;
 };
 
 }  // namespace ds41

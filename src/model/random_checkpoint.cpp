@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/hash.h"
 #include "base/thread_pool.h"
 #include "io/safetensors_writer.h"
 #include "kernels/numeric_formats.h"
@@ -24,12 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 double uniform01(uint64_t key, uint64_t i) {
   // 53 random bits in (0, 1]: never 0, so log() below is finite.
   return (double((splitmix64(key ^ splitmix64(i)) >> 11)) + 1.0) * (1.0 / 9007199254740992.0);
@@ -45,7 +40,7 @@ struct ValueLaw {
   double mean = 0, std = 1;
 };
 
-ValueLaw law_for(const TensorSpec& s, const ModelConfig& c) {
+ValueLaw law_for(const TensorSpec& s) {
   const std::string& n = s.name;
   const int64_t fan_in = s.shape.size() >= 2 ? (s.role == TensorRole::Fp4Weight ? 2 * s.shape[1] : s.shape[1]) : 1;
   const double inv_sqrt_fan_in = 1.0 / std::sqrt(double(std::max<int64_t>(fan_in, 1)));
@@ -64,7 +59,6 @@ ValueLaw law_for(const TensorSpec& s, const ModelConfig& c) {
     return {0.0, 1.0};
   if (s.role == TensorRole::EngramTable) return {0.0, 1.0};
   // Every projection roughly preserves the RMS of its (normalized) input.
-  (void)c;
   return {0.0, inv_sqrt_fan_in};
 }
 
@@ -79,14 +73,13 @@ float block_scale(uint64_t key, uint64_t block, double std, double max_code) {
 }
 
 struct Generator {
-  const ModelConfig& c;
   uint64_t seed;
 
   // Fill rows [r0, r1) of a tensor's bytes (row = first dimension).
   void fill(const TensorSpec& s, const TensorSpec* weight_of_scale, uint8_t* dst, int64_t r0, int64_t r1) const {
     const TensorSpec& ws = weight_of_scale ? *weight_of_scale : s;
     const uint64_t key = tensor_stream_key(seed, ws.name);
-    const ValueLaw law = law_for(ws, c);
+    const ValueLaw law = law_for(ws);
     const int64_t cols = s.shape.size() >= 2 ? s.shape[1] : (s.shape.empty() ? 1 : s.shape[0]);
     if (s.shape.size() < 2) { r0 = 0; r1 = 1; }
     switch (s.role) {
@@ -166,8 +159,8 @@ void write_json_file(const fs::path& path, const nlohmann::json& j) {
 }  // namespace
 
 uint64_t tensor_stream_key(uint64_t seed, const std::string& name) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, mixed with the seed
-  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  // FNV-1a of the name, mixed with the seed
+  const uint64_t h = fnv1a64(reinterpret_cast<const uint8_t*>(name.data()), name.size());
   return splitmix64(h ^ splitmix64(seed));
 }
 
@@ -207,7 +200,7 @@ void write_random_checkpoint(const ModelConfig& config, const std::string& dir, 
   uint64_t total = 0;
   for (const TensorSpec& s : cat) total += uint64_t(s.nbytes());
 
-  auto generator = std::make_shared<Generator>(Generator{c, opt.seed});
+  auto generator = std::make_shared<Generator>(Generator{opt.seed});
   auto done = std::make_shared<uint64_t>(0);
   std::vector<TensorToWrite> tensors;
   tensors.reserve(cat.size());

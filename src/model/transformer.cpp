@@ -25,7 +25,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
   m->plan_ = build_model_plan(m->config_);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
-  m->weights_ = load_model_weights(store, m->config_, m->plan_);
+  m->weights_ = load_model_weights(store, m->plan_);
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
   m->inv_freq_compressed_ = rope_inv_freq(int(c.rope_head_dim), c.compress_rope_theta, c.original_seq_len,
@@ -93,18 +93,38 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   const int64_t D = c.dim;
   const float norm_eps = float(c.norm_eps), hc_eps = float(c.hc_eps);
   // Stream X [S][hc][D]: every copy starts as the embedding (§7).
-  std::vector<uint16_t> X(size_t(S) * hc * D), Xres(size_t(S) * hc * D);
+  std::vector<uint16_t> X(size_t(S) * hc * D);
   for (int s = 0; s < S; ++s)
     for (int ci = 0; ci < hc; ++ci)
       std::memcpy(X.data() + (int64_t(s) * hc + ci) * D, weights_.embed + int64_t(tokens[s]) * D, size_t(D) * 2);
   std::vector<float> a_in(size_t(S) * hc, 0.f);  // one-hot [1,0,..] for layer 0, exactly 1.0
   for (int s = 0; s < S; ++s) a_in[int64_t(s) * hc] = 1.f;
 
-  const int mixes = (2 + hc) * hc;
-  std::vector<float> pre(size_t(S) * hc), post(size_t(S) * hc), comb(size_t(S) * hc * hc);
-  std::vector<float> pre2(size_t(S) * hc), post2(size_t(S) * hc), comb2(size_t(S) * hc * hc);
+  // Coefficients of one sublayer for every token of the call (§7).
+  struct HcMix {
+    std::vector<float> pre, post, comb;
+  };
+  const size_t n_mix = size_t(S) * hc;
+  HcMix attn_mix{std::vector<float>(n_mix), std::vector<float>(n_mix), std::vector<float>(n_mix * hc)};
+  HcMix ffn_mix = attn_mix;
   std::vector<uint16_t> h(size_t(S) * D), hn(size_t(S) * D), y(size_t(S) * D);
-  (void)mixes;
+  // One hyper-connected sublayer: coefficients from the stream, input = norm(hc_pre(X, mix_in)),
+  // then X = hc_post(body(input), X) in place (hc_post reads a column before writing it).
+  auto sublayer = [&](const float* fn, const float* base, const float* scale, const uint16_t* norm_w,
+                      const std::vector<float>& mix_in, HcMix& mix, auto&& body) {
+    parallel_for(pool, S, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
+        hc_coefficients(X.data() + s * hc * D, hc, D, fn, base, scale, c.hc_sinkhorn_iters, hc_eps, norm_eps,
+                        mix.pre.data() + s * hc, mix.post.data() + s * hc, mix.comb.data() + s * hc * hc);
+        hc_pre(X.data() + s * hc * D, mix_in.data() + s * hc, hc, D, h.data() + s * D);
+        rmsnorm_row(h.data() + s * D, norm_w, D, norm_eps, hn.data() + s * D);
+      }
+    });
+    body();
+    for (int64_t s = 0; s < S; ++s)
+      hc_post(y.data() + s * D, X.data() + s * hc * D, mix.post.data() + s * hc, mix.comb.data() + s * hc * hc, hc, D,
+              X.data() + s * hc * D);
+  };
 
   for (const LayerPlan& lp : plan_.layers) {
     if (lp.is_dspark) continue;  // drafter stages run only in speculative decoding
@@ -119,38 +139,13 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
       engram_forward(ctx, lp, w, rows.data(), engram_cols, X.data());
     }
 
-    // Attention sublayer.
-    Xres = X;
-    parallel_for(pool, S, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) {
-        hc_coefficients(X.data() + s * hc * D, hc, D, w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale,
-                        c.hc_sinkhorn_iters, hc_eps, norm_eps, pre.data() + s * hc, post.data() + s * hc,
-                        comb.data() + s * hc * hc);
-        hc_pre(X.data() + s * hc * D, a_in.data() + s * hc, hc, D, h.data() + s * D);
-        rmsnorm_row(h.data() + s * D, w.attn_norm, D, norm_eps, hn.data() + s * D);
-      }
-    });
-    attention_forward(ctx, lp, w, hn.data(), y.data());
-    for (int s = 0; s < S; ++s)
-      hc_post(y.data() + int64_t(s) * D, Xres.data() + int64_t(s) * hc * D, post.data() + s * hc,
-              comb.data() + int64_t(s) * hc * hc, hc, D, X.data() + int64_t(s) * hc * D);
-
-    // FFN sublayer: its input mix is the attention sublayer's `pre` (single pass).
-    Xres = X;
-    parallel_for(pool, S, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) {
-        hc_coefficients(X.data() + s * hc * D, hc, D, w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale,
-                        c.hc_sinkhorn_iters, hc_eps, norm_eps, pre2.data() + s * hc, post2.data() + s * hc,
-                        comb2.data() + s * hc * hc);
-        hc_pre(X.data() + s * hc * D, pre.data() + s * hc, hc, D, h.data() + s * D);
-        rmsnorm_row(h.data() + s * D, w.ffn_norm, D, norm_eps, hn.data() + s * D);
-      }
-    });
-    moe_forward(ctx, lp, w, hn.data(), y.data());
-    for (int s = 0; s < S; ++s)
-      hc_post(y.data() + int64_t(s) * D, Xres.data() + int64_t(s) * hc * D, post2.data() + s * hc,
-              comb2.data() + int64_t(s) * hc * hc, hc, D, X.data() + int64_t(s) * hc * D);
-    a_in = pre2;
+    sublayer(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, w.attn_norm, a_in, attn_mix,
+             [&] { attention_forward(ctx, lp, w, hn.data(), y.data()); });
+    // The FFN's input mix is the attention sublayer's `pre` (single pass); the FFN's own `pre`
+    // goes to the next block.
+    sublayer(w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale, w.ffn_norm, attn_mix.pre, ffn_mix,
+             [&] { moe_forward(ctx, lp, w, hn.data(), y.data()); });
+    std::swap(a_in, ffn_mix.pre);
     if (hooks && hooks->after_block) hooks->after_block(lp.id, S, X.data(), a_in.data());
   }
 

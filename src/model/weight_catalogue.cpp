@@ -69,9 +69,7 @@ class CatalogueBuilder {
 void add_block(CatalogueBuilder& b, const ModelConfig& c, const LayerPlan& lp) {
   const std::string& p = lp.prefix;
   const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
-  const TensorGroup stage_group = lp.is_dspark ? TensorGroup::DSpark : TensorGroup::Attention;
   auto set = [&](TensorGroup g) { b.group = lp.is_dspark ? TensorGroup::DSpark : g; };
-  (void)stage_group;
 
   set(TensorGroup::Norm);
   b.bf16(p + "attn_norm.weight", {D});

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "kernels/numeric_formats.h"
 
 namespace ds41 {
 
@@ -51,7 +52,7 @@ class Loader {
     for (size_t i = 0; i < t.nbytes / 2; ++i) {
       uint16_t h;
       std::memcpy(&h, t.data + 2 * i, 2);
-      out[i] = bf16_bits_to_f32(h);
+      out[i] = bf16_to_f32(h);
     }
     return out;
   }
@@ -72,19 +73,13 @@ class Loader {
   }
 
  private:
-  static float bf16_bits_to_f32(uint16_t h) {
-    uint32_t u = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
   const TensorStore& store_;
   ModelWeights& w_;
 };
 
 }  // namespace
 
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& c, const ModelPlan& plan) {
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan) {
   ModelWeights w;
   w.store = store;
   Loader L(*store, w);
@@ -160,7 +155,6 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     }
     w.blocks.push_back(std::move(b));
   }
-  (void)c;
   return w;
 }
 

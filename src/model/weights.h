@@ -76,6 +76,6 @@ struct ModelWeights {
 };
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& c, const ModelPlan& plan);
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan);
 
 }  // namespace ds41

@@ -187,7 +187,6 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
   std::vector<CallRecord> calls;
   for (int call = 0; call <= F; ++call) {
     const bool is_prefill = call == 0;
-    const int S = is_prefill ? P : 1;
     const int row = call - 1;  // decode row
     const std::string sfx = is_prefill ? "" : "_decode";
     CallRecord rec;
@@ -248,7 +247,6 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
     std::vector<int32_t> toks = is_prefill ? prompt : std::vector<int32_t>{forced[size_t(row)]};
     rec.logits = model->forward(st, toks, fo, pool, &hooks, is_prefill && vision_case ? &image_mask : nullptr);
     calls.push_back(std::move(rec));
-    (void)S;
   }
 
   // ---- compare ------------------------------------------------------------------------------

@@ -4,16 +4,9 @@
 #include <cmath>
 #include <numeric>
 
-namespace ds41 {
+#include "base/hash.h"
 
-namespace {
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
+namespace ds41 {
 
 int32_t argmax_token(const float* logits, int64_t vocab) {
   int64_t best = 0;
@@ -40,12 +33,12 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, uint64_t step) const
     while (keep < order.size() && acc < opt_.top_p) acc += p[size_t(order[keep++])];
     for (size_t i = keep; i < order.size(); ++i) p[size_t(order[i])] = 0.f;
   }
-  const uint64_t key = mix(opt_.seed ^ mix(step));
+  const uint64_t key = splitmix64(opt_.seed ^ splitmix64(step));
   int64_t best = -1;
   float best_v = -1.f;
   for (int64_t i = 0; i < vocab; ++i) {
     if (p[size_t(i)] <= 0.f) continue;
-    const double u = (double(mix(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
+    const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
     const float e = float(-std::log(u));  // Exponential(1)
     const float v = p[size_t(i)] / e;
     if (v > best_v) { best_v = v; best = i; }

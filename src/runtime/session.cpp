@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/hash.h"
 #include "model/model.h"
 
 namespace ds41 {
@@ -26,13 +27,6 @@ constexpr char kMagic[8] = {'D', 'S', '4', '1', 'S', 'E', 'S', 'S'};
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;
 constexpr size_t kChecksumBytes = 8;
 
-uint64_t fnv1a64(const uint8_t* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 // Little-endian encoding of one trivially-copyable scalar (integers and float via their bits).
 template <typename T>

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/hash.h"
 
 namespace ds41 {
 namespace {
@@ -198,15 +199,6 @@ void append_full_lowercase(std::u32string& out, char32_t c) {
 bool is_collapsible_space(char32_t c) { return c == U' ' || c == U'\t' || c == U'\r' || c == U'\n'; }
 
 // ---------------------------------------------------------------- file helpers
-
-uint64_t fnv1a64(const uint8_t* data, size_t n) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= data[i];
-    h *= 0x100000001B3ull;
-  }
-  return h;
-}
 
 template <class T>
 void put_le(std::string& out, T v) {
