@@ -24,14 +24,29 @@ float swiglu(float gate, float up, float limit) {
 
 namespace {
 
-float score_function(const std::string& fn, float s) {
-  if (fn == "sqrtsoftplus") {
-    // F.softplus with threshold 20: linear above it
-    float sp = s > 20.f ? s : std::log1p(std::exp(s));
-    return std::sqrt(sp);
+enum class ScoreFunc { SqrtSoftplus, Sigmoid, Softmax };
+
+ScoreFunc parse_score_func(const std::string& fn) {  // validated by config_problems
+  return fn == "sqrtsoftplus" ? ScoreFunc::SqrtSoftplus : fn == "sigmoid" ? ScoreFunc::Sigmoid : ScoreFunc::Softmax;
+}
+
+// Router scores of one token, in place (softmax over the row, or elementwise).
+void apply_score_function(ScoreFunc fn, float* row, int E) {
+  switch (fn) {
+    case ScoreFunc::SqrtSoftplus:
+      for (int e = 0; e < E; ++e)  // F.softplus with threshold 20: linear above it
+        row[e] = std::sqrt(row[e] > 20.f ? row[e] : std::log1p(std::exp(row[e])));
+      break;
+    case ScoreFunc::Sigmoid:
+      for (int e = 0; e < E; ++e) row[e] = 1.f / (1.f + std::exp(-row[e]));
+      break;
+    case ScoreFunc::Softmax: {
+      float mx = *std::max_element(row, row + E), sum = 0.f;
+      for (int e = 0; e < E; ++e) sum += (row[e] = std::exp(row[e] - mx));
+      for (int e = 0; e < E; ++e) row[e] /= sum;
+      break;
+    }
   }
-  if (fn == "sigmoid") return 1.f / (1.f + std::exp(-s));
-  return s;  // softmax is applied over the row below
 }
 
 // SwiGLU with the training clamps: up clamped both sides, gate from above only (§8.2).
@@ -64,19 +79,14 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   std::vector<float> xf(size_t(S) * D), scores(size_t(S) * E);
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
   linear_f32_wbf16(xf.data(), S, w.gate_w, E, D, scores.data(), ctx.pool);
+  const ScoreFunc score_func = parse_score_func(c.score_func);
   std::vector<int32_t> ids(size_t(S) * k);
   std::vector<float> weights(size_t(S) * k);
   for (int s = 0; s < S; ++s) {
     float* row = scores.data() + int64_t(s) * E;
     if (c.gate_temp != 1.0)
       for (int e = 0; e < E; ++e) row[e] /= float(c.gate_temp);
-    if (c.score_func == "softmax") {
-      float mx = *std::max_element(row, row + E), sum = 0.f;
-      for (int e = 0; e < E; ++e) sum += (row[e] = std::exp(row[e] - mx));
-      for (int e = 0; e < E; ++e) row[e] /= sum;
-    } else {
-      for (int e = 0; e < E; ++e) row[e] = score_function(c.score_func, row[e]);
-    }
+    apply_score_function(score_func, row, E);
     const bool image = ctx.image_mask && (*ctx.image_mask)[s] && w.gate_bias_vl && !lp.is_dspark;
     const float* bias = image ? w.gate_bias_vl : w.gate_bias;
     int32_t* sel = ids.data() + int64_t(s) * k;
