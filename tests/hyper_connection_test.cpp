@@ -359,6 +359,27 @@ TEST(HyperConnection, PreSumsCopiesInAscendingOrder) {
   EXPECT_EQ(bf16_to_f32(y), 1.0f);
 }
 
+TEST(HyperConnection, MeanOverCopiesHandComputedAndRoundedOnce) {
+  // hc 4, D 3: y = bf16((X0 + X1 + X2 + X3) / 4).
+  const int hc = 4, D = 3;
+  const float xs[4][3] = {{2, 4, -6}, {4, 0, 8}, {1, -1, 0.5f}, {0.5f, 0.25f, -1}};
+  std::vector<uint16_t> X(hc * D), y(D);
+  for (int c = 0; c < hc; ++c)
+    for (int d = 0; d < D; ++d) X[c * D + d] = f32_to_bf16(xs[c][d]);
+  hc_mean(X.data(), hc, D, y.data());
+  EXPECT_EQ(bf16_to_f32(y[0]), 7.5f / 4);
+  EXPECT_EQ(bf16_to_f32(y[1]), 3.25f / 4);
+  EXPECT_EQ(bf16_to_f32(y[2]), 1.5f / 4);
+  // The sum is kept in fp32: 1 + 2^-8 + 2^-8 = 1 + 2^-7 exactly, mean 0.25 + 2^-9 (a bf16 value).
+  // A bf16 running sum would round 1 + 2^-8 (a tie) to 1 twice and give 0.25.
+  const float tiny = std::ldexp(1.0f, -8);
+  const std::vector<uint16_t> Z = {f32_to_bf16(1), f32_to_bf16(tiny), f32_to_bf16(tiny), 0};
+  uint16_t z = 0;
+  hc_mean(Z.data(), hc, 1, &z);
+  EXPECT_EQ(bf16_to_f32(z), 0.25f + std::ldexp(1.0f, -9));
+  EXPECT_THROW(hc_mean(Z.data(), 0, 1, &z), Error);
+}
+
 TEST(HyperConnection, PostHandComputedAppliesCombTransposed) {
   // hc 2, D 2, y = [1, 2], X0 = [1, 0], X1 = [0, 4], post = [0.5, 2], C = [[0.25, 0.75],
   // [0.5, 0.5]] (C[i][j]: source i -> destination j):

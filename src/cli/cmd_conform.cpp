@@ -18,7 +18,7 @@ int cmd_conform(int argc, char** argv) {
             {{"mode", "MODE", "teacher (block-by-block teacher forcing), pinned (reference decisions replayed) or free", "teacher"},
              {"out", "FILE", "write the engine's tensors under the case's names (streams, pre-mixes, logits, decisions)", ""},
              {"json", "", "print the report as JSON", ""},
-             {"backbone-only", "", "check only the backbone tensors of a case that also records unimplemented features", ""},
+             {"backbone-only", "", "check only the backbone tensors (skip the DSpark draft checks of a DSpark case)", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
   if (args.positional().size() != 1) throw Error("ds41 conform: give exactly one case directory (see --help)");

@@ -126,6 +126,16 @@ void hc_pre(const uint16_t* X, const float* a, int hc, int64_t D, uint16_t* y) {
   }
 }
 
+void hc_mean(const uint16_t* X, int hc, int64_t D, uint16_t* y) {
+  check_hc(hc);
+  const float factor = 1.0f / float(hc);
+  for (int64_t d = 0; d < D; ++d) {
+    float acc = 0.0f;
+    for (int c = 0; c < hc; ++c) acc += bf16_to_f32(X[c * D + d]);
+    y[d] = f32_to_bf16(acc * factor);
+  }
+}
+
 void hc_post(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
              int64_t D, uint16_t* Xout) {
   check_hc(hc);

@@ -47,6 +47,10 @@ void hc_coefficients(const uint16_t* X, int hc, int64_t D, const float* fn, cons
 // ascending c starting from +0 (torch.sum over the copy dim), one bf16 rounding.
 void hc_pre(const uint16_t* X, const float* a, int hc, int64_t D, uint16_t* y);
 
+// y[d] = bf16( (sum_{c ascending} fp32(X[c][d])) * (1/hc) ): the mean over the copies as torch
+// takes it on a bf16 tensor (fp32 accumulation from +0, the 1/hc factor, one bf16 rounding). With
+// hc a power of two the factor is exact. DSpark's capture of its target layers (spec §B.3).
+void hc_mean(const uint16_t* X, int hc, int64_t D, uint16_t* y);
 // Xout[j][d] = bf16( post[j]*fp32(y[d]) + S[j][d] ),
 //   S[j][d] = sum_{i=0..hc-1} C[i][j]*fp32(Xres[i][d])   (C^T: source i -> destination j).
 // Order (model.py Block.hc_post): the residual mix S is summed over i ascending from +0 (each

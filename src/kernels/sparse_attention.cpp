@@ -52,17 +52,26 @@ void sparse_attention_row(const uint16_t* q, int H, int64_t Dh, const uint16_t* 
 
       const float new_max = std::max(running_max, block_max);
       const float alpha = std::exp(running_max - new_max);
-      float p_sum = 0.0f;
-      std::fill(block_pv, block_pv + Dh, 0.0f);
+      // Block sums of P and of bf16(P) * V: exact in double (fp32 P, and bf16 P times a bf16 V,
+      // are exact there), rounded once to fp32. logits[j] is reused for bf16(P_j).
+      double p_sum = 0.0;
       for (int j = 0; j < len; ++j) {
-        if (!rows[j]) continue;  // P = exp(-inf) = 0 adds nothing to either sum
+        if (!rows[j]) {  // P = exp(-inf) = 0 adds nothing to either sum
+          logits[j] = 0.0f;
+          continue;
+        }
         const float p = std::exp(logits[j] - new_max);
-        p_sum += p;
-        const float p16 = round_bf16(p);  // probabilities enter the PV product as bf16
-        for (int64_t d = 0; d < Dh; ++d) block_pv[d] += p16 * bf16_to_f32(rows[j][d]);
+        p_sum += double(p);
+        logits[j] = round_bf16(p);  // probabilities enter the PV product as bf16
+      }
+      for (int64_t d = 0; d < Dh; ++d) {
+        double pv = 0.0;
+        for (int j = 0; j < len; ++j)
+          if (rows[j]) pv += double(logits[j]) * double(bf16_to_f32(rows[j][d]));
+        block_pv[d] = static_cast<float>(pv);
       }
       const float scaled_denom = denom * alpha;
-      denom = scaled_denom + p_sum;
+      denom = scaled_denom + static_cast<float>(p_sum);
       for (int64_t d = 0; d < Dh; ++d) {
         const float scaled = acc[d] * alpha;
         acc[d] = scaled + block_pv[d];

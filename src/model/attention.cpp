@@ -60,38 +60,23 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
       rope_apply(q.data() + (s * H + h) * Dh + (Dh - R), rope[s].cos.data(), rope[s].sin.data(), int(R), false);
 
   // ---- window KV (§5.3): normalise, rotate, FP8 QDQ over all dims --------------------------
-  std::vector<uint16_t> kv(size_t(S) * Dh), kv_n(size_t(S) * Dh);
-  linear_fp8(x, S, w.wkv, kv.data(), ctx.pool);
-  rmsnorm_rows(kv.data(), w.kv_norm, S, Dh, eps, kv_n.data());
+  std::vector<int64_t> positions(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s) positions[size_t(s)] = ctx.pos(s);
+  std::vector<uint16_t> kv_n(size_t(S) * Dh);
   std::vector<uint8_t> kv_codes(size_t(S) * Dh);
   std::vector<float> kv_scales(size_t(S) * (Dh / 32));
-  for (int s = 0; s < S; ++s) {
-    uint16_t* row = kv_n.data() + s * Dh;
-    rope_apply(row + (Dh - R), rope[s].cos.data(), rope[s].sin.data(), int(R), false);
-    act_quant_row(row, Dh, kv_codes.data() + s * Dh, kv_scales.data() + s * (Dh / 32));
-    for (int64_t d = 0; d < Dh; ++d)  // QDQ value: e4m3 * 2^k is exact in bf16
-      row[d] = f32_to_bf16(kE4M3Table[kv_codes[s * Dh + d]] * kv_scales[s * (Dh / 32) + d / 32]);
-  }
+  window_kv_rows(c, w, x, S, positions.data(), inv_freq, ctx.pool, kv_n.data(), kv_codes.data(), kv_scales.data());
   // Window keys of earlier calls come from the ring (positions start-W+1 .. start-1).
   const int64_t prev_first = std::max<int64_t>(0, ctx.start - (W - 1));
   const int64_t n_prev = ctx.start - prev_first;
   std::vector<uint16_t> prev(size_t(n_prev) * Dh);
-  for (int64_t i = 0; i < n_prev; ++i) {
-    const int64_t slot = (prev_first + i) % W;
-    const uint8_t* codes = ls.ring_codes.data() + slot * Dh;
-    const uint8_t* scales = ls.ring_scales.data() + slot * (Dh / 32);
-    for (int64_t d = 0; d < Dh; ++d)
-      prev[i * Dh + d] = f32_to_bf16(kE4M3Table[codes[d]] * e8m0_to_f32(scales[d / 32]));
-  }
+  for (int64_t i = 0; i < n_prev; ++i) ring_row_bf16(ls, Dh, (prev_first + i) % W, prev.data() + i * Dh);
   auto window_row = [&](int64_t p) -> const uint16_t* {
     return p >= ctx.start ? kv_n.data() + (p - ctx.start) * Dh : prev.data() + (p - prev_first) * Dh;
   };
   // Write this call's tokens into the ring (later positions overwrite earlier ones).
-  for (int s = 0; s < S; ++s) {
-    const int64_t slot = ctx.pos(s) % W;
-    std::memcpy(ls.ring_codes.data() + slot * Dh, kv_codes.data() + s * Dh, size_t(Dh));
-    for (int64_t b = 0; b < Dh / 32; ++b) ls.ring_scales[slot * (Dh / 32) + b] = f32_to_e8m0(kv_scales[s * (Dh / 32) + b]);
-  }
+  for (int s = 0; s < S; ++s)
+    ring_store(ctx.state.journal, ls, Dh, ctx.pos(s), ctx.pos(s) % W, kv_codes.data() + s * Dh, kv_scales.data() + s * (Dh / 32));
 
   // ---- compressed branch (§5.4-§5.5) --------------------------------------------------------
   std::vector<int32_t> used_entries;        // union of this call's selected entries, ascending
@@ -140,15 +125,53 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     }
   });
 
-  // ---- grouped low-rank output (§5.7 step 2) ------------------------------------------------
+  grouped_output(c, w, S, o.data(), y, ctx.pool);
+}
+
+void window_kv_rows(const ModelConfig& c, const BlockWeights& w, const uint16_t* x, int S, const int64_t* positions,
+                    const std::vector<float>& inv_freq, ThreadPool* pool, uint16_t* kv, uint8_t* codes, float* scales) {
+  const int64_t Dh = c.head_dim, R = c.rope_head_dim;
+  std::vector<uint16_t> raw(size_t(S) * Dh);
+  linear_fp8(x, S, w.wkv, raw.data(), pool);
+  rmsnorm_rows(raw.data(), w.kv_norm, S, Dh, float(c.norm_eps), kv);
+  for (int s = 0; s < S; ++s) {
+    uint16_t* row = kv + s * Dh;
+    const RopeRow rope(inv_freq, positions[s]);
+    rope_apply(row + (Dh - R), rope.cos.data(), rope.sin.data(), int(R), false);
+    act_quant_row(row, Dh, codes + s * Dh, scales + s * (Dh / 32));
+    for (int64_t d = 0; d < Dh; ++d)  // QDQ value: e4m3 * 2^k is exact in bf16
+      row[d] = f32_to_bf16(kE4M3Table[codes[s * Dh + d]] * scales[s * (Dh / 32) + d / 32]);
+  }
+}
+
+void ring_row_bf16(const LayerState& ls, int64_t Dh, int64_t slot, uint16_t* out) {
+  const uint8_t* codes = ls.ring_codes.data() + slot * Dh;
+  const uint8_t* scales = ls.ring_scales.data() + slot * (Dh / 32);
+  for (int64_t d = 0; d < Dh; ++d) out[d] = f32_to_bf16(kE4M3Table[codes[d]] * e8m0_to_f32(scales[d / 32]));
+}
+
+void ring_store(StateJournal* journal, LayerState& ls, int64_t Dh, int64_t pos, int64_t slot, const uint8_t* codes,
+                const float* scales) {
+  uint8_t* dst_codes = ls.ring_codes.data() + slot * Dh;
+  uint8_t* dst_scales = ls.ring_scales.data() + slot * (Dh / 32);
+  if (journal) {
+    journal->record(pos, dst_codes, size_t(Dh));
+    journal->record(pos, dst_scales, size_t(Dh / 32));
+  }
+  std::memcpy(dst_codes, codes, size_t(Dh));
+  for (int64_t b = 0; b < Dh / 32; ++b) dst_scales[b] = f32_to_e8m0(scales[b]);
+}
+
+void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const uint16_t* o, uint16_t* y, ThreadPool* pool) {
+  const int64_t H = c.n_heads, Dh = c.head_dim;
   const int64_t G = c.o_groups, Rk = c.o_lora_rank, K = H * Dh / G;
   std::vector<uint16_t> group_in(size_t(S) * K), group_out(size_t(S) * Rk), u(size_t(S) * G * Rk);
   for (int64_t g = 0; g < G; ++g) {
-    for (int s = 0; s < S; ++s) std::memcpy(group_in.data() + s * K, o.data() + s * H * Dh + g * K, size_t(K) * 2);
-    linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), ctx.pool);
+    for (int s = 0; s < S; ++s) std::memcpy(group_in.data() + s * K, o + s * H * Dh + g * K, size_t(K) * 2);
+    linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), pool);
     for (int s = 0; s < S; ++s) std::memcpy(u.data() + (s * G + g) * Rk, group_out.data() + s * Rk, size_t(Rk) * 2);
   }
-  linear_fp8(u.data(), S, w.wo_b, y, ctx.pool);
+  linear_fp8(u.data(), S, w.wo_b, y, pool);
 }
 
 }  // namespace ds41

@@ -43,6 +43,10 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     std::vector<float> pooled(static_cast<size_t>(Dh));
     for (int s = 0; s < S; ++s) {
       const int64_t p = ctx.pos(s), slot = p % m;
+      if (ctx.state.journal) {
+        ctx.state.journal->record(p, ls.group_kv.data() + slot * Dh, size_t(Dh) * 4);
+        ctx.state.journal->record(p, ls.group_score.data() + slot * Dh, size_t(Dh) * 4);
+      }
       std::memcpy(ls.group_kv.data() + slot * Dh, kvf.data() + s * Dh, size_t(Dh) * 4);
       std::memcpy(ls.group_score.data() + slot * Dh, zf.data() + s * Dh, size_t(Dh) * 4);
       if ((p + 1) % m != 0) continue;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
@@ -41,14 +42,44 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     return;
   }
 
-  // Which layer's index keys to read: the kv source (corrected), or whatever was last published.
-  int key_layer = lp.kv_source_layer;
-  if (!ctx.opt.corrected_index_keys && ctx.state.index_k_publisher >= 0) key_layer = ctx.state.index_k_publisher;
-  const LayerState& keys = ctx.state.layers[key_layer];
-  // Keys as bf16; rows the publisher never wrote read as zeros, like the reference's zeroed buffer.
-  std::vector<uint16_t> K(size_t(total) * IH, 0);
-  for (int64_t t = 0; t < std::min<int64_t>(total, keys.entries); ++t)
-    mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH, K.data() + t * IH);
+  // Which layer's index keys each row reads: the kv source (corrected), or whatever was last
+  // published — for the whole call in a prefill, row by row as in decode otherwise — and how many
+  // of that layer's rows it sees (entries it had at that point; the rest read as zeros, like the
+  // reference's zeroed buffer).
+  std::vector<int> row_key_layer(static_cast<size_t>(S), lp.kv_source_layer);
+  std::vector<int64_t> row_key_rows(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s) {
+    int& l = row_key_layer[size_t(s)];
+    if (!ctx.opt.corrected_index_keys) {
+      const int pub = ctx.publisher_before_row.empty()
+                          ? ctx.state.index_k_publisher
+                          : reference_publisher_at(ctx.plan, ctx.publisher_before_row[size_t(s)], ctx.pos(s), lp.id);
+      if (pub >= 0) l = pub;
+    }
+    const LayerState& keys = ctx.state.layers[size_t(l)];
+    int64_t rows = keys.entries;
+    if (!ctx.publisher_before_row.empty()) {
+      const int64_t m_l = ctx.plan.layers[size_t(l)].ratio, p = ctx.pos(s);
+      // l's entries in p's decode call, as far as the row reads them (its visible count)
+      const int64_t decode_rows = std::min((l <= lp.id ? p + 1 : p) / m_l, (p + 1) / m);
+      if (decode_rows > keys.entries)
+        throw Error("indexer: layer " + std::to_string(lp.id) + " needs index keys of layer " + std::to_string(l) +
+                    " not yet written in this call (the call should have been split)");
+      rows = decode_rows;
+    }
+    row_key_rows[size_t(s)] = std::min<int64_t>(rows, total);
+  }
+  // Keys as bf16, per layer read (usually one).
+  std::vector<std::vector<uint16_t>> K(ctx.plan.layers.size());
+  for (int s = 0; s < S; ++s) {
+    const int l = row_key_layer[size_t(s)];
+    if (!K[size_t(l)].empty()) continue;
+    const LayerState& keys = ctx.state.layers[size_t(l)];
+    K[size_t(l)].assign(size_t(total) * IH, 0);
+    for (int64_t t = 0; t < std::min<int64_t>(total, keys.entries); ++t)
+      mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH,
+                        K[size_t(l)].data() + t * IH);
+  }
 
   // Queries: FP8 projection of qr, RoPE on the tail, MXFP4 QDQ per head.
   std::vector<uint16_t> qi(size_t(S) * NH * IH);
@@ -87,11 +118,17 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
       // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
       // only changes how exact ties are broken. Using the visible width in every call shape keeps
       // prefill, decode and chunked calls identical and equal to the reference's decode.
+      const uint16_t* Ks = K[size_t(row_key_layer[size_t(s)])].data();
+      const int64_t key_rows = row_key_rows[size_t(s)];
       for (int64_t t = 0; t < count; ++t) {
+        if (t >= key_rows) {  // a zero key: relu(0) * weight sums to 0
+          score[t] = 0.f;
+          continue;
+        }
         float acc = 0.f;
         for (int64_t h = 0; h < NH; ++h) {
           const uint16_t* qv = qi.data() + (s * NH + h) * IH;
-          const uint16_t* kv = K.data() + t * IH;
+          const uint16_t* kv = Ks + t * IH;
           float dot = 0.f;
           for (int64_t d = 0; d < IH; ++d) dot += bf16_to_f32(qv[d]) * bf16_to_f32(kv[d]);
           float r = std::max(round_bf16(dot), 0.f);

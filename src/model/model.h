@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/dspark.h"
 #include "model/engram_hash.h"
 #include "model/layer_plan.h"
 #include "model/sequence_state.h"
@@ -37,6 +38,9 @@ struct ForwardOptions {
   // true = the corrected reading: every indexer reads its own kv source's keys.
   bool corrected_index_keys = false;
   bool all_logits = false;  // logits for every position of the call, not just the last
+  // When set, receives the DSpark drafter's input for every position of the call (spec §B.3):
+  // [S][n_targets * dim] bf16, the hc-mean of each target layer's input stream in layer order.
+  std::vector<uint16_t>* main_hidden_out = nullptr;
 };
 
 // Observation and intervention points, used by `ds41 dump` and `ds41 conform` (teacher forcing,
@@ -79,8 +83,31 @@ class Model {
                              ThreadPool* pool, const ForwardHooks* hooks = nullptr,
                              const std::vector<uint8_t>* image_mask = nullptr) const;
 
+  // ---- DSpark drafting (model/dspark.cpp, spec §B) ------------------------------------------
+  bool has_dspark() const { return config_.dspark_enabled(); }
+  // Appends `rows` committed positions to the draft rings: main_hidden [rows][n_targets * dim]
+  // (ForwardOptions::main_hidden_out) for positions state.dspark_pos .. +rows-1, which the target
+  // must already have consumed. Only the last `window` rows can matter, so only they are
+  // projected. The reference's prefill call of forward_spec is exactly this.
+  void dspark_commit(SequenceState& state, const uint16_t* main_hidden, int64_t rows, ThreadPool* pool) const;
+  // Drafts `n_drafts` (1 .. dspark_block_size) tokens after `token`, the token at position
+  // state.dspark_pos (not yet in the rings). Reads the rings only. `pick` chooses each draft from
+  // its slot's logits (empty = argmax); hooks see the stages' routing like the backbone's.
+  DSparkDraft dspark_draft(SequenceState& state, int32_t token, int n_drafts, const DraftPicker& pick,
+                           ThreadPool* pool, const ForwardHooks* hooks = nullptr) const;
+
+  // Cuts `state` back to its first keep_pos positions after forward calls made with
+  // state.journal attached (speculative verification, spec §B.8): the journaled in-place writes
+  // of later positions are undone newest first, the append-only caches and histories truncated,
+  // the index-key publisher recomputed. The result equals the state of a sequence that consumed
+  // only those positions, bit for bit. The DSpark rings must not hold positions beyond keep_pos.
+  void rollback(SequenceState& state, int64_t keep_pos) const;
+
  private:
   Model() = default;
+  std::vector<float> forward_call(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
+                                  ThreadPool* pool, const ForwardHooks* hooks,
+                                  const std::vector<uint8_t>* image_mask) const;
   ModelConfig config_;
   ModelPlan plan_;
   ModelWeights weights_;

@@ -29,6 +29,32 @@ struct LayerState {
   int64_t entries = 0;
 };
 
+// Undo log of the in-place writes a forward call makes to fixed-size state (window-ring slots,
+// ratio>1 compressor partial groups). Everything else a call changes is append-only (compressed
+// KV, index keys, histories) and rolls back by truncation. With a journal attached, a speculative
+// verify chunk can be cut back to any prefix of its rows exactly (spec §B.8): undoing the writes
+// of the rejected positions in reverse order leaves each slot with the value the last accepted
+// position (or an earlier call) wrote, even when several rows of the chunk share a slot.
+struct StateJournal {
+  struct Write {
+    int64_t pos;               // position whose row made the write
+    uint8_t* dst;              // into a fixed-size buffer of the state (never reallocated)
+    std::vector<uint8_t> old;  // bytes before the write
+  };
+  std::vector<Write> writes;
+  int64_t start = -1;        // position of the first journaled call (set by Model::forward)
+  int publisher_before = -1; // the index-key publisher before it
+  void record(int64_t pos, void* dst, size_t bytes) {
+    auto* p = static_cast<uint8_t*>(dst);
+    writes.push_back({pos, p, std::vector<uint8_t>(p, p + bytes)});
+  }
+  void clear() {
+    writes.clear();
+    start = -1;
+    publisher_before = -1;
+  }
+};
+
 struct SequenceState {
   int64_t pos = 0;                   // tokens consumed so far
   std::vector<LayerState> layers;    // indexed like ModelPlan::layers (backbone only used here)
@@ -38,6 +64,11 @@ struct SequenceState {
   std::vector<int32_t> token_history;  // every token consumed (sessions)
   // Engram: compressed id of every position consumed (-1 = image position, "dead" for n-grams).
   std::vector<int64_t> engram_history;
+  // DSpark draft rings (the LayerState rings of the DSpark stages) hold the main-KV rows of
+  // positions [dspark_start, dspark_pos); drafting needs dspark_pos == pos.
+  int64_t dspark_start = 0, dspark_pos = 0;
+  // When set, forward calls log their in-place writes here (speculative verification).
+  StateJournal* journal = nullptr;
 
   // Bytes held by the length-proportional caches (compressed KV + index K), for the 890 B/token
   // arithmetic check.

@@ -66,6 +66,48 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   if (image_mask && int(image_mask->size()) != S) throw Error("forward: image mask length differs from the token count");
   if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos : 0))
     throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
+  if (state.journal && state.journal->start < 0) {  // what a rollback restores (rollback())
+    state.journal->start = state.pos;
+    state.journal->publisher_before = state.index_k_publisher;
+  }
+
+  // With the reference's index-key reading, a call at start_pos > 0 reproduces decode row by row;
+  // a row that would need index keys a later layer has not written yet in this call starts a new
+  // call (only early in a sequence: see reference_rowwise_rows).
+  const int64_t fits = state.pos > 0 && !opt.corrected_index_keys
+                           ? reference_rowwise_rows(plan_, state.index_k_publisher, state.pos, S)
+                           : int64_t(S);
+  if (fits < S) {
+    ForwardOptions part_opt = opt;
+    std::vector<uint16_t> hidden_a, hidden_b;
+    std::vector<float> logits;
+    std::vector<uint8_t> mask_a, mask_b;
+    if (image_mask) {
+      mask_a.assign(image_mask->begin(), image_mask->begin() + fits);
+      mask_b.assign(image_mask->begin() + fits, image_mask->end());
+    }
+    part_opt.main_hidden_out = opt.main_hidden_out ? &hidden_a : nullptr;
+    std::vector<float> first = forward(state, std::vector<int32_t>(tokens.begin(), tokens.begin() + fits), part_opt, pool,
+                                       hooks, image_mask ? &mask_a : nullptr);
+    part_opt.main_hidden_out = opt.main_hidden_out ? &hidden_b : nullptr;
+    std::vector<float> rest = forward(state, std::vector<int32_t>(tokens.begin() + fits, tokens.end()), part_opt, pool,
+                                      hooks, image_mask ? &mask_b : nullptr);
+    if (opt.main_hidden_out) {
+      *opt.main_hidden_out = std::move(hidden_a);
+      opt.main_hidden_out->insert(opt.main_hidden_out->end(), hidden_b.begin(), hidden_b.end());
+    }
+    if (!opt.all_logits) return rest;
+    first.insert(first.end(), rest.begin(), rest.end());
+    return first;
+  }
+  return forward_call(state, tokens, opt, pool, hooks, image_mask);
+}
+
+std::vector<float> Model::forward_call(SequenceState& state, const std::vector<int32_t>& tokens,
+                                       const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
+                                       const std::vector<uint8_t>* image_mask) const {
+  const ModelConfig& c = config_;
+  const int S = int(tokens.size());
 
   // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
   // is written first, so the call's own earlier tokens are n-gram context.
@@ -88,10 +130,20 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   ctx.start = state.pos;
   ctx.S = S;
   ctx.topk.resize(plan_.layers.size());
+  // After a prefill the publisher is whatever the call's layers published last (the reference's
+  // prefill); at start_pos > 0 it follows decode row by row.
+  int publisher_after_call = state.index_k_publisher;
+  if (state.pos > 0) {
+    if (!opt.corrected_index_keys) ctx.publisher_before_row.resize(size_t(S));
+    for (int s = 0; s < S; ++s) {
+      if (!opt.corrected_index_keys) ctx.publisher_before_row[size_t(s)] = publisher_after_call;
+      publisher_after_call = reference_publisher_after(plan_, publisher_after_call, state.pos + s);
+    }
+  }
 
   const int hc = c.hc_mult;
   const int64_t D = c.dim;
-  const float norm_eps = float(c.norm_eps), hc_eps = float(c.hc_eps);
+  const float norm_eps = float(c.norm_eps);
   // Stream X [S][hc][D]: every copy starts as the embedding (§7).
   std::vector<uint16_t> X(size_t(S) * hc * D);
   for (int s = 0; s < S; ++s)
@@ -100,34 +152,17 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   std::vector<float> a_in(size_t(S) * hc, 0.f);  // one-hot [1,0,..] for layer 0, exactly 1.0
   for (int s = 0; s < S; ++s) a_in[int64_t(s) * hc] = 1.f;
 
-  // Coefficients of one sublayer for every token of the call (§7).
-  struct HcMix {
-    std::vector<float> pre, post, comb;
-  };
-  const size_t n_mix = size_t(S) * hc;
-  HcMix attn_mix{std::vector<float>(n_mix), std::vector<float>(n_mix), std::vector<float>(n_mix * hc)};
-  HcMix ffn_mix = attn_mix;
-  std::vector<uint16_t> h(size_t(S) * D), hn(size_t(S) * D), y(size_t(S) * D);
-  // One hyper-connected sublayer: coefficients from the stream, input = norm(hc_pre(X, mix_in)),
-  // then X = hc_post(body(input), X) in place (hc_post reads a column before writing it).
-  auto sublayer = [&](const float* fn, const float* base, const float* scale, const uint16_t* norm_w,
-                      const std::vector<float>& mix_in, HcMix& mix, auto&& body) {
-    parallel_for(pool, S, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) {
-        hc_coefficients(X.data() + s * hc * D, hc, D, fn, base, scale, c.hc_sinkhorn_iters, hc_eps, norm_eps,
-                        mix.pre.data() + s * hc, mix.post.data() + s * hc, mix.comb.data() + s * hc * hc);
-        hc_pre(X.data() + s * hc * D, mix_in.data() + s * hc, hc, D, h.data() + s * D);
-        rmsnorm_row(h.data() + s * D, norm_w, D, norm_eps, hn.data() + s * D);
-      }
-    });
-    body();
-    for (int64_t s = 0; s < S; ++s)
-      hc_post(y.data() + s * D, X.data() + s * hc * D, mix.post.data() + s * hc, mix.comb.data() + s * hc * hc, hc, D,
-              X.data() + s * hc * D);
-  };
+  BlockScratch scratch(S, hc, D);
+  std::vector<uint16_t> h(static_cast<size_t>(D)), hn(static_cast<size_t>(D));  // final collapse, one row at a time
+  // DSpark capture (spec §B.3): the mean over the hc copies of each target layer's input stream
+  // (after its Engram), concatenated in layer order -> main_hidden [S][n_targets * D] bf16.
+  std::vector<uint16_t>* main_hidden = opt.main_hidden_out;
+  const int64_t n_targets = int64_t(c.dspark_target_layer_ids.size());
+  if (main_hidden) main_hidden->assign(size_t(S * n_targets * D), 0);
+  int target_index = 0;
 
   for (const LayerPlan& lp : plan_.layers) {
-    if (lp.is_dspark) continue;  // drafter stages run only in speculative decoding
+    if (lp.is_dspark) continue;  // drafter stages run only in speculative decoding (model/dspark.h)
     const BlockWeights& w = weights_.blocks[lp.id];
     if (hooks && hooks->before_block) hooks->before_block(lp.id, S, X.data(), a_in.data());
     if (lp.engram) {  // Engram writes into the stream before the block (§A.10)
@@ -138,14 +173,13 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                     size_t(engram_cols) * sizeof(int64_t));
       engram_forward(ctx, lp, w, rows.data(), engram_cols, X.data());
     }
-
-    sublayer(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, w.attn_norm, a_in, attn_mix,
-             [&] { attention_forward(ctx, lp, w, hn.data(), y.data()); });
-    // The FFN's input mix is the attention sublayer's `pre` (single pass); the FFN's own `pre`
-    // goes to the next block.
-    sublayer(w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale, w.ffn_norm, attn_mix.pre, ffn_mix,
-             [&] { moe_forward(ctx, lp, w, hn.data(), y.data()); });
-    std::swap(a_in, ffn_mix.pre);
+    if (lp.dspark_target && main_hidden) {
+      for (int s = 0; s < S; ++s)
+        hc_mean(X.data() + int64_t(s) * hc * D, hc, D, main_hidden->data() + (s * n_targets + target_index) * D);
+      ++target_index;
+    }
+    run_block(ctx, lp, w, X.data(), a_in, scratch,
+              [&](const uint16_t* in, uint16_t* out) { attention_forward(ctx, lp, w, in, out); });
     if (hooks && hooks->after_block) hooks->after_block(lp.id, S, X.data(), a_in.data());
   }
 
@@ -162,6 +196,7 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   std::vector<float> logits(size_t(rows) * c.vocab_size);
   linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
 
+  if (state.pos > 0) state.index_k_publisher = publisher_after_call;
   state.pos += S;
   state.token_history.insert(state.token_history.end(), tokens.begin(), tokens.end());
   return logits;

@@ -153,6 +153,16 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
       b.engram_q_weight = L.bf16(e + "q_weight");
       b.engram_k_weight = L.bf16(e + "k_weight");
     }
+    if (lp.is_dspark && lp.dspark_stage == 0) {
+      w.dspark.main_proj = L.fp8(p + "main_proj");
+      w.dspark.main_norm = L.bf16(p + "main_norm.weight");
+    }
+    if (lp.is_dspark && lp.id == int(plan.layers.size()) - 1) {  // the last stage carries the heads
+      w.dspark.norm = L.bf16(p + "norm.weight");
+      w.dspark.markov_embed = L.bf16(p + "markov_head.embed.weight");
+      w.dspark.markov_head = L.bf16(p + "markov_head.head.weight");
+      w.dspark.confidence = L.bf16_as_f32(p + "confidence_head.proj.weight");
+    }
     w.blocks.push_back(std::move(b));
   }
   return w;

@@ -64,11 +64,23 @@ struct BlockWeights {
   const uint16_t* engram_k_weight = nullptr;
 };
 
+// The DSpark draft head's stage-specific tensors (spec engram_dspark_vision.md §B.2): the input
+// projection of the first stage and the heads of the last one.
+struct DSparkHeadWeights {
+  Fp8Matrix main_proj{};                   // [dim, n_targets * dim]
+  const uint16_t* main_norm = nullptr;     // bf16 [dim]
+  const uint16_t* norm = nullptr;          // bf16 [dim], before the shared head
+  const uint16_t* markov_embed = nullptr;  // bf16 [vocab, markov_rank] (W1, previous token)
+  const uint16_t* markov_head = nullptr;   // bf16 [vocab, markov_rank] (W2, logit bias)
+  const float* confidence = nullptr;       // [dim + markov_rank], widened to fp32 (the reference holds fp32)
+};
+
 struct ModelWeights {
   const uint16_t* embed = nullptr;  // bf16 [vocab, dim]
   const uint16_t* head = nullptr;   // bf16 [vocab, dim]
   const uint16_t* norm = nullptr;   // bf16 [dim]
   std::vector<BlockWeights> blocks; // one per plan layer (backbone then DSpark stages)
+  DSparkHeadWeights dspark;         // set when the plan has DSpark stages
 
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;

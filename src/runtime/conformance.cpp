@@ -103,7 +103,95 @@ struct CallRecord {
   std::map<int, std::vector<std::vector<int32_t>>> topk;     // layer -> per query entries
   std::map<int, std::vector<std::vector<int32_t>>> experts;  // layer -> per token ids
   std::vector<float> logits;                                  // last position
+  std::vector<uint16_t> main_hidden;                          // DSpark capture [S][n_targets * dim]
 };
+
+// The drafter's outputs over the case's calls, in the golden layout.
+struct DSparkRun {
+  std::vector<int32_t> ids;       // [F][block + 1]: target token, then our own picks
+  std::vector<float> logits;      // [F][block][vocab]
+  std::vector<float> confidence;  // [F][block] raw
+};
+
+template <class StreamTol>
+DSparkRun run_dspark_checks(const Model& model, SequenceState& st, const Expected& exp, const json& spec,
+                            const std::vector<CallRecord>& calls, int P, int F, ThreadPool* pool, ConformReport& rep,
+                            bool gate_streams, const StreamTol& stream_tol) {
+  const ModelConfig& c = model.config();
+  const int B = c.dspark_block_size;
+  const int64_t D = c.dim, V = c.vocab_size, H = int64_t(c.dspark_target_layer_ids.size()) * D;
+  const json& tol = spec.at("tolerance");
+  const double logits_tol = tol.at("draft_logits_max_abs").get<double>();
+  const double conf_tol = tol.at("confidence_max_abs").get<double>();
+  const auto mh_prefill = exp.bf16("dspark_main_hidden_prefill");
+  const auto mh_decode = exp.bf16("dspark_main_hidden_decode");
+  const auto ref_ids = exp.i32("dspark_draft_ids");
+  const auto ref_logits = exp.f32("dspark_draft_logits");
+  const auto ref_conf = exp.f32("dspark_confidence");
+  if (mh_prefill.size() != size_t(P * H) || mh_decode.size() != size_t(F * H) || ref_ids.size() != size_t(F * (B + 1)) ||
+      ref_logits.size() != size_t(F) * B * V || ref_conf.size() != size_t(F * B))
+    throw Error("conform: the DSpark tensors of the case do not match its model (block " + std::to_string(B) + ")");
+
+  // Our capture of main_hidden vs the reference's: a mean of the target layers' input streams,
+  // so it is gated by the stream tolerance of the layer before each target.
+  auto targets = c.dspark_target_layer_ids;
+  std::sort(targets.begin(), targets.end());
+  for (size_t ti = 0; ti < targets.size(); ++ti) {
+    double e = 0;
+    for (int call = 0; call <= F; ++call) {
+      const int rows = call == 0 ? P : 1;
+      const uint16_t* ref = call == 0 ? mh_prefill.data() : mh_decode.data() + size_t(call - 1) * H;
+      for (int s = 0; s < rows; ++s)
+        e = std::max(e, max_abs_diff_bf16(calls[size_t(call)].main_hidden.data() + s * H + ti * D, ref + s * H + ti * D, size_t(D)));
+    }
+    const double t = stream_tol(targets[ti] - 1);
+    rep.checks.push_back({"dspark main_hidden.layer" + std::to_string(targets[ti]), e, gate_streams ? t : -1.0,
+                          !gate_streams || e <= t, "hc-mean of the layer's input stream, every call"});
+  }
+
+  // Seed the rings with the prefill's main_hidden, then one commit + draft per decode call.
+  // The target has consumed every call's tokens, so all its positions may enter the rings (which
+  // the target's own forward calls never touch).
+  SequenceState& ds = st;
+  model.dspark_commit(ds, mh_prefill.data(), P, pool);
+  DSparkRun run;
+  double e_logits = 0, e_conf = 0;
+  int clear_calls = 0, clear_equal = 0;
+  std::string id_note;
+  for (int k = 0; k < F; ++k) {
+    model.dspark_commit(ds, mh_decode.data() + size_t(k) * H, 1, pool);
+    const int32_t* golden = ref_ids.data() + size_t(k) * (B + 1);
+    std::vector<int32_t> own;
+    DSparkDraft d = model.dspark_draft(ds, golden[0], B, [&](int j, const float* row, int64_t vocab) {
+      own.push_back(int32_t(std::max_element(row, row + vocab) - row));
+      return golden[j + 1];
+    }, pool);
+    run.ids.push_back(golden[0]);
+    run.ids.insert(run.ids.end(), own.begin(), own.end());
+    run.logits.insert(run.logits.end(), d.logits.begin(), d.logits.end());
+    run.confidence.insert(run.confidence.end(), d.confidence.begin(), d.confidence.end());
+    e_logits = std::max(e_logits, max_abs_diff(d.logits.data(), ref_logits.data() + size_t(k) * B * V, size_t(B) * V));
+    e_conf = std::max(e_conf, max_abs_diff(d.confidence.data(), ref_conf.data() + size_t(k) * B, size_t(B)));
+    // The reference's picks are clear when every slot's top1 - top2 margin exceeds the tolerance.
+    bool clear = true;
+    for (int j = 0; j < B; ++j) {
+      std::vector<float> row(ref_logits.begin() + long((size_t(k) * B + j) * V), ref_logits.begin() + long((size_t(k) * B + j + 1) * V));
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+      clear = clear && double(row[0]) - double(row[1]) > logits_tol;
+    }
+    if (!clear) continue;
+    ++clear_calls;
+    const bool same = std::equal(own.begin(), own.end(), golden + 1);
+    clear_equal += same;
+    if (!same) id_note += " call " + std::to_string(k) + " differs;";
+  }
+  rep.checks.push_back({"dspark draft_logits", e_logits, logits_tol, e_logits <= logits_tol, "Markov bias included, every slot"});
+  rep.checks.push_back({"dspark confidence", e_conf, conf_tol, e_conf <= conf_tol, "raw logits"});
+  rep.checks.push_back({"dspark draft_ids", double(clear_calls - clear_equal), 0.0, clear_equal == clear_calls,
+                        std::to_string(clear_equal) + "/" + std::to_string(clear_calls) + " calls with clear margins equal (" +
+                            std::to_string(F - clear_calls) + " near-ties not compared)" + id_note});
+  return run;
+}
 
 }  // namespace
 
@@ -149,10 +237,8 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
     return rep;
   }
   Expected exp((dir / "expected.safetensors").string());
-  if (exp.has("dspark_draft_ids") && !opt.backbone_only) {
-    rep.skipped_reason = "needs DSpark speculative drafting, not implemented in this build (--backbone-only runs the backbone checks)";
-    return rep;
-  }
+  const bool dspark_case = exp.has("dspark_draft_ids") && !opt.backbone_only;
+  if (dspark_case && !model->has_dspark()) throw Error(case_dir + ": the case records DSpark drafts but its model has no draft head");
   const int hc = c.hc_mult;
   const int64_t D = c.dim, V = c.vocab_size;
   const int P = int(prompt.size()), F = int(forced.size());
@@ -185,6 +271,8 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
   ForwardOptions fo;
   fo.corrected_index_keys = !reference_keys;
   std::vector<CallRecord> calls;
+  std::vector<uint16_t> main_hidden;
+  if (dspark_case) fo.main_hidden_out = &main_hidden;
   for (int call = 0; call <= F; ++call) {
     const bool is_prefill = call == 0;
     const int row = call - 1;  // decode row
@@ -246,6 +334,7 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
     }
     std::vector<int32_t> toks = is_prefill ? prompt : std::vector<int32_t>{forced[size_t(row)]};
     rec.logits = model->forward(st, toks, fo, pool, &hooks, is_prefill && vision_case ? &image_mask : nullptr);
+    rec.main_hidden = std::move(main_hidden);
     calls.push_back(std::move(rec));
   }
 
@@ -345,6 +434,14 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
       }
     }
   }
+  // ---- DSpark draft head --------------------------------------------------------------------
+  // The case's drafter tolerances are teacher-forced in every mode (case.json dspark.tolerance):
+  // the rings get the golden main_hidden and each block starts from the golden target token, and
+  // the Markov chain follows the golden drafts (a differing draft would change the next bias).
+  // Our own picks (argmax, temperature 0) are compared wherever the reference's choice is clear.
+  DSparkRun drafts;
+  if (dspark_case) drafts = run_dspark_checks(*model, st, exp, cj.at("dspark"), calls, P, F, pool, rep, gate_streams, stream_tol);
+
   if (teacher || pinned) {
     ConformCheck dc{"decisions", double(rep.decisions_compared - rep.decisions_matched), 0.0,
                     rep.decisions_matched == rep.decisions_compared,
@@ -402,6 +499,16 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
     std::vector<float> ldv;
     for (int k = 1; k <= F; ++k) ldv.insert(ldv.end(), calls[size_t(k)].logits.begin(), calls[size_t(k)].logits.end());
     put("logits_decode", DType::F32, {F, V}, ldv.data(), ldv.size() * 4);
+    if (dspark_case) {
+      const int64_t B = c.dspark_block_size, H = int64_t(c.dspark_target_layer_ids.size()) * D;
+      put("dspark_draft_ids", DType::I32, {F, B + 1}, drafts.ids.data(), drafts.ids.size() * 4);
+      put("dspark_draft_logits", DType::F32, {F, B, V}, drafts.logits.data(), drafts.logits.size() * 4);
+      put("dspark_confidence", DType::F32, {F, B}, drafts.confidence.data(), drafts.confidence.size() * 4);
+      put("dspark_main_hidden_prefill", DType::BF16, {P, H}, calls[0].main_hidden.data(), calls[0].main_hidden.size() * 2);
+      std::vector<uint16_t> mh;
+      for (int k = 1; k <= F; ++k) mh.insert(mh.end(), calls[size_t(k)].main_hidden.begin(), calls[size_t(k)].main_hidden.end());
+      put("dspark_main_hidden_decode", DType::BF16, {F, H}, mh.data(), mh.size() * 2);
+    }
     write_safetensors_buffers(opt.out_path, out);
   }
   return rep;

@@ -39,8 +39,8 @@ struct ConformReport {
 struct ConformOptions {
   std::string mode = "teacher";  // teacher | pinned | free
   std::string out_path;          // write the engine's tensors here (same names as expected)
-  // Run the backbone checks of a case even when it also records features this build lacks
-  // (DSpark drafts); such cases are otherwise skipped as a whole.
+  // Only the backbone checks: a DSpark case's draft-head checks (draft logits, ids, confidences
+  // and the main_hidden capture) are left out.
   bool backbone_only = false;
 };
 

@@ -17,6 +17,21 @@ int32_t argmax_token(const float* logits, int64_t vocab) {
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, uint64_t step) const {
   if (opt_.temperature <= 0.0) return argmax_token(logits, vocab);
+  const std::vector<float> p = probabilities(logits, vocab);
+  const uint64_t key = splitmix64(opt_.seed ^ splitmix64(step));
+  int64_t best = -1;
+  float best_v = -1.f;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (p[size_t(i)] <= 0.f) continue;
+    const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
+    const float e = float(-std::log(u));  // Exponential(1)
+    const float v = p[size_t(i)] / e;
+    if (v > best_v) { best_v = v; best = i; }
+  }
+  return int32_t(best < 0 ? argmax_token(logits, vocab) : best);
+}
+
+std::vector<float> Sampler::probabilities(const float* logits, int64_t vocab) const {
   const float inv_t = float(1.0 / std::max(opt_.temperature, 1e-5));
   std::vector<float> p(static_cast<size_t>(vocab));
   float mx = -INFINITY;
@@ -33,17 +48,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, uint64_t step) const
     while (keep < order.size() && acc < opt_.top_p) acc += p[size_t(order[keep++])];
     for (size_t i = keep; i < order.size(); ++i) p[size_t(order[i])] = 0.f;
   }
-  const uint64_t key = splitmix64(opt_.seed ^ splitmix64(step));
-  int64_t best = -1;
-  float best_v = -1.f;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (p[size_t(i)] <= 0.f) continue;
-    const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
-    const float e = float(-std::log(u));  // Exponential(1)
-    const float v = p[size_t(i)] / e;
-    if (v > best_v) { best_v = v; best = i; }
-  }
-  return int32_t(best < 0 ? argmax_token(logits, vocab) : best);
+  return p;
 }
 
 }  // namespace ds41

@@ -22,6 +22,11 @@ class Sampler {
   explicit Sampler(const SamplerOptions& o) : opt_(o) {}
   // `step` makes each draw depend only on (seed, step), not on how many draws came before.
   int32_t sample(const float* logits, int64_t vocab, uint64_t step) const;
+  // The weights `sample` draws from (temperature > 0): softmax(logits / T), then zero outside
+  // top_p (not renormalised: the draw does not need it). Speculative decoding stays lossless
+  // only with exactly this distribution (normalised).
+  std::vector<float> probabilities(const float* logits, int64_t vocab) const;
+  const SamplerOptions& options() const { return opt_; }
 
  private:
   SamplerOptions opt_;

@@ -1,0 +1,388 @@
+// DSpark speculative decoding on a tiny random model (Engram on, the released 128-slot window,
+// a 512-token vocabulary so that heads are cheap): greedy output equals plain greedy decoding
+// token for token and logit for logit, for every draft length, thread count and index-key
+// reading; forced drafts (all right, all wrong, first k right) give exactly the predicted
+// acceptances, and after every cycle the whole sequence state — every cache array, the
+// histories and the draft rings — equals the state of plain decoding of the same tokens.
+// Generation crosses the window-ring wrap (position 128) and odd/even ratio-2 group boundaries.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "model/model.h"
+#include "runtime/speculative.h"
+#include "tiny_model.h"
+
+namespace ds41 {
+namespace {
+
+ModelConfig spec_config(int64_t eos) {
+  ModelConfig c = test::tiny_config(/*with_engram=*/true);
+  c.vocab_size = 512;
+  c.eos_token_id = eos;
+  c.dspark_noise_token_id = 500;
+  c.image_token_id = 511;
+  c.engram_compressed_vocab_size = 400;
+  return c;
+}
+
+// Weights depend only on (seed, tensor name): checkpoints differing in the EOS id share them.
+const Model& spec_model(int64_t eos = 1) {
+  static std::map<int64_t, std::pair<std::unique_ptr<test::TempDir>, std::unique_ptr<Model>>> models;
+  auto& m = models[eos];
+  if (!m.second) {
+    m.first = std::make_unique<test::TempDir>();
+    RandomCheckpointOptions opt;
+    opt.seed = 77;
+    write_random_checkpoint(spec_config(eos), m.first->path(), opt);
+    m.second = Model::load(m.first->path());
+  }
+  return *m.second;
+}
+
+std::vector<int32_t> random_prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(3, 499);
+  std::vector<int32_t> p{0};
+  while (int(p.size()) < n) p.push_back(tok(rng));
+  return p;
+}
+
+// Every array of two sequence states, bit for bit.
+void expect_same_state(const SequenceState& a, const SequenceState& b, const std::string& what) {
+  ASSERT_EQ(a.pos, b.pos) << what;
+  EXPECT_EQ(a.index_k_publisher, b.index_k_publisher) << what;
+  EXPECT_EQ(a.token_history, b.token_history) << what;
+  EXPECT_EQ(a.engram_history, b.engram_history) << what;
+  EXPECT_EQ(a.dspark_start, b.dspark_start) << what;
+  EXPECT_EQ(a.dspark_pos, b.dspark_pos) << what;
+  ASSERT_EQ(a.layers.size(), b.layers.size()) << what;
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const LayerState &x = a.layers[l], &y = b.layers[l];
+    const std::string at = what + ", layer " + std::to_string(l);
+    EXPECT_EQ(x.ring_codes, y.ring_codes) << at;
+    EXPECT_EQ(x.ring_scales, y.ring_scales) << at;
+    EXPECT_EQ(0, std::memcmp(x.group_kv.data(), y.group_kv.data(), x.group_kv.size() * 4)) << at;
+    EXPECT_EQ(0, std::memcmp(x.group_score.data(), y.group_score.data(), x.group_score.size() * 4)) << at;
+    EXPECT_EQ(x.ckv_codes, y.ckv_codes) << at;
+    EXPECT_EQ(x.ckv_scales, y.ckv_scales) << at;
+    EXPECT_EQ(x.ik_codes, y.ik_codes) << at;
+    EXPECT_EQ(x.ik_scales, y.ik_scales) << at;
+    EXPECT_EQ(x.entries, y.entries) << at;
+  }
+}
+
+// Plain greedy decoding of n tokens; the draft rings follow every call (as a speculative run's
+// do), and the state after each consumed position is kept for comparison.
+struct PlainRun {
+  std::vector<int32_t> tokens;       // generated
+  std::vector<std::vector<float>> logits;  // the row each token was chosen from
+  std::map<int64_t, SequenceState> states;  // by position
+};
+PlainRun plain_greedy(const Model& m, const std::vector<int32_t>& prompt, int n, const ForwardOptions& base,
+                      ThreadPool* pool, bool keep_states) {
+  PlainRun r;
+  SequenceState st = m.new_sequence();
+  std::vector<uint16_t> hidden;
+  ForwardOptions fo = base;
+  fo.main_hidden_out = &hidden;
+  std::vector<float> logits = m.forward(st, prompt, fo, pool);
+  m.dspark_commit(st, hidden.data(), int64_t(prompt.size()), pool);
+  if (keep_states) r.states[st.pos] = st;
+  const int64_t V = m.config().vocab_size;
+  for (int i = 0; i < n; ++i) {
+    const int32_t tok = argmax_token(logits.data(), V);
+    r.tokens.push_back(tok);
+    r.logits.push_back(logits);
+    if (tok == m.config().eos_token_id || i + 1 == n) break;
+    logits = m.forward(st, {tok}, fo, pool);
+    m.dspark_commit(st, hidden.data(), 1, pool);
+    if (keep_states) r.states[st.pos] = st;
+  }
+  return r;
+}
+
+struct SpecRun {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+  std::vector<int64_t> accepted_per_cycle;
+  SpeculativeStats stats;
+};
+// The CLI's loop; `after_cycle` sees the state after every cycle.
+SpecRun spec_generate(const Model& m, const std::vector<int32_t>& prompt, int n, const SpeculativeOptions& opt,
+                      ThreadPool* pool, const std::function<void(const SequenceState&)>& after_cycle = {}) {
+  SpecRun r;
+  SequenceState st = m.new_sequence();
+  SpeculativeDecoder dec(m, st, opt, pool);
+  std::vector<float> logits = dec.prefill(prompt);
+  const int64_t V = m.config().vocab_size;
+  int32_t tok = argmax_token(logits.data(), V);
+  r.tokens.push_back(tok);
+  r.logits.push_back(logits);
+  std::vector<float> rows;
+  while (tok != m.config().eos_token_id && int(r.tokens.size()) < n) {
+    const int64_t before = dec.stats().accepted;
+    const auto out = dec.step(tok, n - int64_t(r.tokens.size()), &rows);
+    if (out.empty()) break;
+    r.accepted_per_cycle.push_back(dec.stats().accepted - before);
+    for (size_t i = 0; i < out.size(); ++i) {
+      r.tokens.push_back(out[i]);
+      r.logits.emplace_back(rows.begin() + long(i * V), rows.begin() + long((i + 1) * V));
+    }
+    tok = out.back();
+    if (after_cycle) after_cycle(st);
+  }
+  r.stats = dec.stats();
+  return r;
+}
+
+constexpr int kPrompt = 100;  // + 64 generated: the 128-slot rings wrap during generation
+constexpr int kGenerate = 64;
+
+TEST(DSparkSpeculative, GreedyEqualsPlainForEveryDraftLengthAndThreadCount) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(kPrompt, 1);
+  ThreadPool two(2), three(3);
+  const PlainRun plain = plain_greedy(m, prompt, kGenerate, {}, &two, false);
+  ASSERT_EQ(int(plain.tokens.size()), kGenerate);
+  const std::vector<std::pair<int, ThreadPool*>> runs = {{1, nullptr}, {2, &two}, {3, &three}, {4, &two}};
+  for (auto [draft, pool] : runs) {
+    SpeculativeOptions opt;
+    opt.draft_tokens = draft;
+    const SpecRun s = spec_generate(m, prompt, kGenerate, opt, pool);
+    EXPECT_EQ(s.tokens, plain.tokens) << "draft " << draft;
+    ASSERT_EQ(s.logits.size(), plain.logits.size());
+    for (size_t i = 0; i < s.logits.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(s.logits[i].data(), plain.logits[i].data(), s.logits[i].size() * 4)) << "draft " << draft << " token " << i;
+    EXPECT_EQ(s.stats.drafted, std::accumulate(s.accepted_per_cycle.begin(), s.accepted_per_cycle.end(), int64_t(0)) +
+                                   (s.stats.drafted - s.stats.accepted));
+    std::printf("draft %d: %lld cycles, %lld drafted, %lld accepted (random weights)\n", draft, (long long)s.stats.cycles,
+                (long long)s.stats.drafted, (long long)s.stats.accepted);
+  }
+}
+
+TEST(DSparkSpeculative, GreedyEqualsPlainWithCorrectedIndexKeys) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(kPrompt, 2);
+  ThreadPool pool(2);
+  ForwardOptions fo;
+  fo.corrected_index_keys = true;
+  const PlainRun plain = plain_greedy(m, prompt, 40, fo, &pool, false);
+  SpeculativeOptions opt;
+  opt.forward = fo;
+  EXPECT_EQ(spec_generate(m, prompt, 40, opt, &pool).tokens, plain.tokens);
+}
+
+// Forced drafts: the first `right` drafts of every cycle are plain decoding's tokens, the rest
+// wrong. Each cycle must accept exactly min(right, drafts) and leave plain decoding's state.
+void run_forced(int right, int draft_tokens, int prompt_len) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(prompt_len, 3);
+  ThreadPool pool(2);
+  const PlainRun plain = plain_greedy(m, prompt, kGenerate, {}, &pool, true);
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), plain.tokens.begin(), plain.tokens.end());
+  SpeculativeOptions opt;
+  opt.draft_tokens = draft_tokens;
+  std::vector<int64_t> expected;
+  opt.override_drafts = [&](int64_t pos, std::vector<int32_t>& drafts) {
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      const int32_t truth = pos + int64_t(i) < int64_t(sequence.size()) ? sequence[size_t(pos) + i] : 3;
+      drafts[i] = int(i) < right ? truth : (truth + 1) % 512;
+    }
+    expected.push_back(std::min<int64_t>(right, int64_t(drafts.size())));
+  };
+  int cycle = 0;
+  const SpecRun s = spec_generate(m, prompt, kGenerate, opt, &pool, [&](const SequenceState& st) {
+    auto it = plain.states.find(st.pos);
+    ASSERT_NE(it, plain.states.end()) << "no plain state at " << st.pos;
+    expect_same_state(st, it->second, "right " + std::to_string(right) + ", cycle " + std::to_string(cycle++));
+  });
+  EXPECT_EQ(s.tokens, plain.tokens) << "right " << right;
+  EXPECT_EQ(s.accepted_per_cycle, expected) << "right " << right;
+}
+
+TEST(DSparkSpeculative, ForcedDraftsAllRightAcceptEverythingAndMatchPlainStates) { run_forced(4, 4, kPrompt); }
+TEST(DSparkSpeculative, ForcedDraftsAllWrongAcceptNothingAndMatchPlainStates) { run_forced(0, 3, kPrompt + 1); }
+TEST(DSparkSpeculative, ForcedDraftsFirstKRightAcceptKAndMatchPlainStates) {
+  run_forced(1, 4, kPrompt);
+  run_forced(2, 3, kPrompt + 1);
+}
+
+TEST(DSparkSpeculative, ConfidenceThresholdOnlyShortensDrafts) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(40, 4);
+  ThreadPool pool(2);
+  const PlainRun plain = plain_greedy(m, prompt, 24, {}, &pool, false);
+  SpeculativeOptions all, cut;
+  cut.confidence_threshold = 0.25;
+  const SpecRun a = spec_generate(m, prompt, 24, all, &pool);
+  const SpecRun b = spec_generate(m, prompt, 24, cut, &pool);
+  EXPECT_EQ(a.tokens, plain.tokens);
+  EXPECT_EQ(b.tokens, plain.tokens);
+  EXPECT_LT(b.stats.drafted, a.stats.drafted);  // random confidences: sigmoid products fall fast
+}
+
+TEST(DSparkSpeculative, AcceptedEosEndsTheRunThere) {
+  // A model whose EOS is the 6th token plain decoding produces (same weights, other EOS id):
+  // all-right drafts reach it inside a cycle, and nothing after it is emitted.
+  const auto prompt = random_prompt(30, 5);
+  ThreadPool pool(2);
+  const PlainRun probe = plain_greedy(spec_model(1), prompt, 12, {}, &pool, false);
+  int stop = -1;
+  for (int i = 1; i < int(probe.tokens.size()) && stop < 0; ++i)
+    if (std::find(probe.tokens.begin(), probe.tokens.begin() + i, probe.tokens[size_t(i)]) == probe.tokens.begin() + i &&
+        i >= 5 && probe.tokens[size_t(i)] != 1)
+      stop = i;
+  ASSERT_GT(stop, 0);
+  const Model& m = spec_model(probe.tokens[size_t(stop)]);
+  const PlainRun plain = plain_greedy(m, prompt, 12, {}, &pool, true);
+  ASSERT_EQ(int(plain.tokens.size()), stop + 1);
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), plain.tokens.begin(), plain.tokens.end());
+  SpeculativeOptions opt;
+  opt.override_drafts = [&](int64_t pos, std::vector<int32_t>& drafts) {
+    for (size_t i = 0; i < drafts.size(); ++i)
+      drafts[i] = pos + int64_t(i) < int64_t(sequence.size()) ? sequence[size_t(pos) + i] : 3;
+  };
+  SequenceState last;
+  const SpecRun s = spec_generate(m, prompt, 12, opt, &pool, [&](const SequenceState& st) { last = st; });
+  EXPECT_EQ(s.tokens, plain.tokens);
+  // As in plain decoding the EOS itself is not consumed.
+  expect_same_state(last, plain.states.at(int64_t(prompt.size()) + stop), "after EOS");
+}
+
+TEST(DSparkSpeculative, RollbackToEveryPrefixOfAChunkEqualsDecoding) {
+  // Chunks of 6 at positions around the ring wrap (126, 127) and the ratio-2 group boundary,
+  // under both index-key readings: cut back to every prefix, the state equals token-by-token
+  // decoding of that prefix, and a chunk's logits equal decode's row by row.
+  const Model& m = spec_model();
+  const auto tokens = random_prompt(140, 6);
+  ThreadPool pool(2);
+  for (bool corrected : {false, true}) {
+    ForwardOptions fo;
+    fo.corrected_index_keys = corrected;
+    std::map<int64_t, SequenceState> decoded;
+    std::map<int64_t, std::vector<float>> decode_logits;
+    SequenceState st = m.new_sequence();
+    m.forward(st, std::vector<int32_t>(tokens.begin(), tokens.begin() + 120), fo, &pool);
+    decoded[st.pos] = st;
+    for (int p = 120; p < 140; ++p) {
+      decode_logits[p] = m.forward(st, {tokens[size_t(p)]}, fo, &pool);
+      decoded[st.pos] = st;
+    }
+    for (int64_t start : {121, 122, 126, 127}) {
+      for (int keep = 0; keep <= 6; ++keep) {
+        SequenceState s = decoded.at(start);
+        StateJournal journal;
+        s.journal = &journal;
+        ForwardOptions all = fo;
+        all.all_logits = true;
+        const auto logits = m.forward(s, std::vector<int32_t>(tokens.begin() + start, tokens.begin() + start + 6), all, &pool);
+        if (keep == 0) {
+          for (int r = 0; r < 6; ++r)
+            ASSERT_EQ(0, std::memcmp(logits.data() + r * 512, decode_logits.at(start + r).data(), 512 * 4))
+                << "corrected " << corrected << " start " << start << " row " << r;
+        }
+        m.rollback(s, start + keep);
+        s.journal = nullptr;
+        expect_same_state(s, decoded.at(start + keep),
+                          "corrected " + std::to_string(corrected) + " start " + std::to_string(start) + " keep " + std::to_string(keep));
+      }
+    }
+  }
+}
+
+TEST(DSparkSpeculative, ReferenceKeyChunksEarlyInASequenceAreSplitAndStillEqualDecode) {
+  // At start 1..3 a row of layer 2 would need index keys layer 4 writes later in the same call:
+  // the call is split, and the result still equals token-by-token decoding.
+  const Model& m = spec_model();
+  const auto tokens = random_prompt(12, 7);
+  for (int start : {1, 2, 3}) {
+    SequenceState a = m.new_sequence(), b = m.new_sequence();
+    ForwardOptions fo, all;
+    all.all_logits = true;
+    m.forward(a, std::vector<int32_t>(tokens.begin(), tokens.begin() + start), fo, nullptr);
+    m.forward(b, std::vector<int32_t>(tokens.begin(), tokens.begin() + start), fo, nullptr);
+    const auto chunk = m.forward(a, std::vector<int32_t>(tokens.begin() + start, tokens.end()), all, nullptr);
+    for (size_t p = size_t(start); p < tokens.size(); ++p) {
+      const auto row = m.forward(b, {tokens[p]}, fo, nullptr);
+      ASSERT_EQ(0, std::memcmp(chunk.data() + (p - size_t(start)) * 512, row.data(), 512 * 4)) << "start " << start << " pos " << p;
+    }
+    expect_same_state(a, b, "start " + std::to_string(start));
+  }
+}
+
+TEST(DSparkSpeculative, SampledSpeculationIsSeededAndLeavesPlainDecodingState) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(30, 8);
+  ThreadPool pool(2);
+  SpeculativeOptions opt;
+  opt.sampling.temperature = 1.0;
+  opt.sampling.top_p = 0.9;
+  opt.sampling.seed = 11;
+  SequenceState after;
+  const SpecRun a = spec_generate(m, prompt, 24, opt, &pool, [&](const SequenceState& st) { after = st; });
+  const SpecRun b = spec_generate(m, prompt, 24, opt, &pool);
+  EXPECT_EQ(a.tokens, b.tokens);
+  opt.sampling.seed = 12;
+  EXPECT_NE(spec_generate(m, prompt, 24, opt, &pool).tokens, a.tokens);
+  // Teacher-force the emitted tokens through plain decoding: same logits, same state.
+  SequenceState st = m.new_sequence();
+  std::vector<uint16_t> hidden;
+  ForwardOptions fo;
+  fo.main_hidden_out = &hidden;
+  auto logits = m.forward(st, prompt, fo, &pool);
+  m.dspark_commit(st, hidden.data(), int64_t(prompt.size()), &pool);
+  for (size_t i = 0; i + 1 < a.tokens.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(logits.data(), a.logits[i].data(), 512 * 4)) << "token " << i;
+    logits = m.forward(st, {a.tokens[i]}, fo, &pool);
+    m.dspark_commit(st, hidden.data(), 1, &pool);
+  }
+  expect_same_state(after, st, "sampled");
+}
+
+TEST(DSparkDrafter, DraftsDoNotDependOnThreadsAndCommitsDoNotDependOnChunking) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(150, 9);  // more rows than the 128-slot ring
+  std::vector<uint16_t> hidden;
+  ForwardOptions fo;
+  fo.main_hidden_out = &hidden;
+  SequenceState a = m.new_sequence();
+  m.forward(a, prompt, fo, nullptr);
+  SequenceState b = a;
+  m.dspark_commit(a, hidden.data(), 150, nullptr);
+  const int64_t H = 3 * m.config().dim;
+  for (int i = 0; i < 150; i += 7) m.dspark_commit(b, hidden.data() + i * H, std::min(7, 150 - i), nullptr);
+  expect_same_state(a, b, "commit chunking");
+  ThreadPool three(3);
+  const DSparkDraft x = m.dspark_draft(a, 42, 4, {}, nullptr);
+  const DSparkDraft y = m.dspark_draft(a, 42, 4, {}, &three);
+  EXPECT_EQ(x.drafts, y.drafts);
+  EXPECT_EQ(0, std::memcmp(x.logits.data(), y.logits.data(), x.logits.size() * 4));
+  EXPECT_EQ(x.confidence, y.confidence);
+  // Fewer drafts are a prefix of more (the block is computed whole; only the head is cut).
+  const DSparkDraft z = m.dspark_draft(a, 42, 2, {}, nullptr);
+  EXPECT_EQ(z.drafts, std::vector<int32_t>(x.drafts.begin(), x.drafts.begin() + 2));
+  EXPECT_EQ(0, std::memcmp(z.logits.data(), x.logits.data(), z.logits.size() * 4));
+  EXPECT_THROW(m.dspark_draft(a, 42, 5, {}, nullptr), Error);  // block size 4
+  EXPECT_THROW(m.dspark_draft(a, 512, 1, {}, nullptr), Error);
+  SequenceState fresh = m.new_sequence();
+  EXPECT_THROW(m.dspark_draft(fresh, 42, 1, {}, nullptr), Error);
+  EXPECT_THROW(m.dspark_commit(fresh, hidden.data(), 1, nullptr), Error);  // the target has not consumed it
+}
+
+}  // namespace
+}  // namespace ds41
