@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/run_dspark.h"
 #include "io/safetensors_writer.h"
 #include "model/model.h"
 #include "model/presets.h"
@@ -63,8 +64,7 @@ std::string demo_model_dir() {
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  Args args("run", "generate tokens from a prompt of token ids",
-            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--json] [--load-session FILE] [--save-session FILE]",
+  std::vector<OptionSpec> options =
             {{"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
              {"m", "DIR", "same as --model", ""},
              {"tokens", "IDS", "comma-separated prompt token ids", "0,128803,63006,44388,305,4575"},
@@ -77,7 +77,12 @@ int cmd_run(int argc, char** argv) {
              {"load-session", "FILE", "continue a saved sequence: --tokens are appended to it", ""},
              {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
              {"json", "", "print generated ids, the top-5 logits of each step and timings as JSON", ""},
-             {"threads", "N", "worker threads (0 = all cores)", "0"}});
+             {"threads", "N", "worker threads (0 = all cores)", "0"}};
+  options.insert(options.end(), kDsparkRunOptions.begin(), kDsparkRunOptions.end());
+  Args args("run", "generate tokens from a prompt of token ids",
+            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--json] [--load-session FILE] [--save-session FILE] "
+            "[--dspark [--draft-tokens N] [--dspark-confidence C] [--compare]]",
+            options);
   if (!args.parse(argc, argv)) return 0;
   std::string dir = args.get_or("model", args.get_or("m", ""));
   if (dir.empty()) dir = demo_model_dir();
@@ -108,6 +113,9 @@ int cmd_run(int argc, char** argv) {
     throw Error("--tokens: the sequence would be " + std::to_string(st.pos + int64_t(prompt.size())) +
                 " tokens long, more than the model's max_seq_len " + std::to_string(c.max_seq_len));
   const int64_t start_pos = st.pos;
+  if (dspark_requested(args))
+    return run_dspark(args, *model, st,
+                      {dir, prompt, max_tokens, so, fo, chunk, args.flag("json"), load_path, save_path, load_s, start_pos}, pool);
   json steps = json::array();
   std::vector<int32_t> generated;
   auto record_step = [&](const std::vector<float>& logits) {

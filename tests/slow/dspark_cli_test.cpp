@@ -1,0 +1,127 @@
+// `ds41 run --dspark` as a user runs it: the same tokens and logits as without it (greedy), the
+// statistics in --json, seeded sampling reproducible, sessions, and bad options as errors.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "tiny_model.h"
+
+namespace ds41 {
+namespace {
+
+struct CommandResult {
+  int status = -1;
+  std::string out, err;
+};
+
+CommandResult run_ds41(const std::string& args) {
+  test::TempDir tmp;
+  const std::string err_file = tmp / "stderr";
+  const std::string cmd = test::ds41_binary() + " " + args + " 2>" + err_file;
+  CommandResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream e(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+// The tiny layout (Engram on) with a 512-token vocabulary: cheap heads.
+const std::string& model_dir() {
+  static std::unique_ptr<test::TempDir> dir;
+  if (!dir) {
+    dir = std::make_unique<test::TempDir>();
+    ModelConfig c = test::tiny_config(true);
+    c.vocab_size = 512;
+    c.dspark_noise_token_id = 500;
+    c.image_token_id = 511;
+    c.engram_compressed_vocab_size = 400;
+    RandomCheckpointOptions opt;
+    opt.seed = 5;
+    write_random_checkpoint(c, dir->path(), opt);
+  }
+  return dir->path();
+}
+
+const std::string kPrompt = "0,17,300,41,99,256,7,480,12,13,14,200,201,333,444,55";
+
+TEST(DsparkCli, GreedyRunEqualsPlainRunAndReportsStatistics) {
+  const std::string base = "run -m " + model_dir() + " --tokens " + kPrompt + " --max-tokens 24 --threads 2 --json";
+  auto plain = run_ds41(base);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  auto spec = run_ds41(base + " --dspark --draft-tokens 3 --compare");
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(s["generated"], p["generated"]);
+  EXPECT_EQ(s["generated"].size(), 24u);
+  EXPECT_EQ(s["steps"], p["steps"]);  // top-5 logits of every step, bit for bit
+  const auto& d = s["dspark"];
+  EXPECT_EQ(d["draft_tokens"], 3);
+  EXPECT_GT(d["cycles"].get<int>(), 0);
+  EXPECT_LE(d["drafted"].get<int>(), 3 * d["cycles"].get<int>());
+  EXPECT_LE(d["accepted"].get<int>(), d["drafted"].get<int>());
+  // Every cycle emits its accepted drafts and one more token; the first comes from the prefill.
+  EXPECT_EQ(d["accepted"].get<int>() + d["cycles"].get<int>(), 23);
+  EXPECT_TRUE(d["same_tokens_as_plain"].get<bool>());
+  EXPECT_GT(d["plain_decode_tokens_per_s"].get<double>(), 0);
+  // Without --json the statistics go to stderr.
+  auto text = run_ds41("run -m " + model_dir() + " --tokens " + kPrompt + " --max-tokens 6 --threads 2 --dspark");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.err.find("dspark: "), std::string::npos) << text.err;
+  EXPECT_NE(text.err.find("mean accepted length"), std::string::npos) << text.err;
+}
+
+TEST(DsparkCli, SeededSamplingIsReproducible) {
+  const std::string cmd = "run -m " + model_dir() + " --tokens " + kPrompt +
+                          " --max-tokens 16 --threads 2 --json --dspark --temp 0.9 --top-p 0.95 --seed ";
+  auto a = run_ds41(cmd + "4"), b = run_ds41(cmd + "4");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["generated"], nlohmann::json::parse(b.out)["generated"]);
+}
+
+TEST(DsparkCli, SessionSavedAfterDsparkContinuesLikeOneSavedWithoutIt) {
+  test::TempDir tmp;
+  const std::string base = "run -m " + model_dir() + " --tokens " + kPrompt + " --max-tokens 10 --threads 2";
+  ASSERT_EQ(run_ds41(base + " --save-session " + (tmp / "plain.session")).status, 0);
+  auto saved = run_ds41(base + " --dspark --save-session " + (tmp / "dspark.session"));
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  const std::string more = " --tokens 9,8,7 --max-tokens 8 --threads 2 --json";
+  auto a = run_ds41("run -m " + model_dir() + " --load-session " + (tmp / "plain.session") + more);
+  auto b = run_ds41("run -m " + model_dir() + " --load-session " + (tmp / "dspark.session") + more);
+  auto c = run_ds41("run -m " + model_dir() + " --load-session " + (tmp / "dspark.session") + more + " --dspark");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  ASSERT_EQ(c.status, 0) << c.err;
+  const auto ja = nlohmann::json::parse(a.out);
+  EXPECT_EQ(ja["generated"], nlohmann::json::parse(b.out)["generated"]);
+  EXPECT_EQ(ja["steps"], nlohmann::json::parse(c.out)["steps"]);  // draft rings restart; output unchanged
+}
+
+TEST(DsparkCli, BadOptionsAreErrors) {
+  const std::string base = "run -m " + model_dir() + " --tokens " + kPrompt + " --max-tokens 2";
+  auto r = run_ds41(base + " --dspark --draft-tokens 9");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--draft-tokens must be 1..4"), std::string::npos) << r.err;
+  r = run_ds41(base + " --draft-tokens 2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("only applies with --dspark"), std::string::npos) << r.err;
+  r = run_ds41(base + " --dspark --dspark-confidence 1.5");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--dspark-confidence"), std::string::npos) << r.err;
+  r = run_ds41(base + " --dspark --draft-tokens x");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("expects an integer"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ds41
