@@ -354,6 +354,39 @@ TEST(DSparkSpeculative, SampledSpeculationIsSeededAndLeavesPlainDecodingState) {
   expect_same_state(after, st, "sampled");
 }
 
+// The acceptance sweep, too long for CI (about 10 CPU-minutes): 50 prompts of lengths
+// 1..199 (odd and even, before and after the ring wrap), 300 generated tokens each, draft lengths
+// 1..4, natural drafts for even prompts and partly forced ones (the first k right) for odd
+// ones. Run with --gtest_also_run_disabled_tests --gtest_filter='*Sweep*'.
+TEST(DSparkSpeculative, DISABLED_GreedySweepFiftyPromptsThreeHundredTokens) {
+  const Model& m = spec_model();
+  ThreadPool pool(2);
+  int64_t cycles = 0, drafted = 0, accepted = 0;
+  for (int i = 0; i < 50; ++i) {
+    const int len = 1 + (i * 37) % 199;
+    const auto prompt = random_prompt(len, 100 + uint32_t(i));
+    const PlainRun plain = plain_greedy(m, prompt, 300, {}, &pool, false);
+    std::vector<int32_t> sequence = prompt;
+    sequence.insert(sequence.end(), plain.tokens.begin(), plain.tokens.end());
+    SpeculativeOptions opt;
+    opt.draft_tokens = 1 + i % 4;
+    if (i % 2)
+      opt.override_drafts = [&, right = i % 4](int64_t pos, std::vector<int32_t>& drafts) {
+        for (size_t k = 0; k < drafts.size() && int(k) < right; ++k)
+          if (pos + int64_t(k) < int64_t(sequence.size())) drafts[k] = sequence[size_t(pos) + k];
+      };
+    const SpecRun s = spec_generate(m, prompt, 300, opt, &pool);
+    ASSERT_EQ(s.tokens, plain.tokens) << "prompt " << i << " (length " << len << ")";
+    for (size_t t = 0; t < s.logits.size(); ++t)
+      ASSERT_EQ(0, std::memcmp(s.logits[t].data(), plain.logits[t].data(), 512 * 4)) << "prompt " << i << " token " << t;
+    cycles += s.stats.cycles;
+    drafted += s.stats.drafted;
+    accepted += s.stats.accepted;
+  }
+  std::printf("sweep: 50 prompts x 300 tokens equal to plain greedy; %lld cycles, %lld drafted, %lld accepted\n",
+              (long long)cycles, (long long)drafted, (long long)accepted);
+}
+
 TEST(DSparkDrafter, DraftsDoNotDependOnThreadsAndCommitsDoNotDependOnChunking) {
   const Model& m = spec_model();
   const auto prompt = random_prompt(150, 9);  // more rows than the 128-slot ring
