@@ -80,7 +80,6 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   if (fits < S) {
     ForwardOptions part_opt = opt;
     std::vector<uint16_t> hidden_a, hidden_b;
-    std::vector<float> logits;
     std::vector<uint8_t> mask_a, mask_b;
     if (image_mask) {
       mask_a.assign(image_mask->begin(), image_mask->begin() + fits);

@@ -115,10 +115,12 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
   const ModelConfig& c = model_.config();
   if (max_new < 1) throw Error("speculative step: max_new must be >= 1");
   const int64_t n = st_.pos;
-  if (n >= c.max_seq_len) return {};
+  // Emitted tokens take positions n+1, n+2, ...: like plain decoding, never beyond max_seq_len - 1.
+  max_new = std::min(max_new, c.max_seq_len - 1 - n);
+  if (max_new < 1) return {};
   const bool greedy = opt_.sampling.temperature <= 0;
   const uint64_t cycle = uint64_t(stats_.cycles);
-  int gamma = int(std::min<int64_t>({draft_tokens_, max_new - 1, c.max_seq_len - n - 1}));
+  int gamma = int(std::min<int64_t>(draft_tokens_, max_new - 1));
 
   // 1. Draft.
   std::vector<int32_t> drafts;

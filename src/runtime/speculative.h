@@ -79,7 +79,7 @@ class SpeculativeDecoder {
   std::vector<float> prefill(const std::vector<int32_t>& tokens, int64_t chunk = 0);
   // One cycle after the pending token (already emitted by the caller, not yet consumed).
   // Emits at most `max_new` (>= 1) tokens and returns them; the last one is the new pending
-  // token. Stops after an EOS. Empty when the sequence is full (max_seq_len). `logits_out`
+  // token. Stops after an EOS. Empty when no position is left for a token (max_seq_len). `logits_out`
   // (optional) receives the target's logits each emitted token was chosen from, [n][vocab]:
   // the rows plain decoding would have computed.
   std::vector<int32_t> step(int32_t pending, int64_t max_new, std::vector<float>* logits_out = nullptr);

@@ -28,25 +28,27 @@
 namespace ds41 {
 namespace {
 
-ModelConfig spec_config(int64_t eos) {
+ModelConfig spec_config(int64_t eos, int64_t max_seq_len) {
   ModelConfig c = test::tiny_config(/*with_engram=*/true);
   c.vocab_size = 512;
   c.eos_token_id = eos;
+  c.max_seq_len = max_seq_len;
   c.dspark_noise_token_id = 500;
   c.image_token_id = 511;
   c.engram_compressed_vocab_size = 400;
   return c;
 }
 
-// Weights depend only on (seed, tensor name): checkpoints differing in the EOS id share them.
-const Model& spec_model(int64_t eos = 1) {
-  static std::map<int64_t, std::pair<std::unique_ptr<test::TempDir>, std::unique_ptr<Model>>> models;
-  auto& m = models[eos];
+// Weights depend only on (seed, tensor name): checkpoints differing in the EOS id or the
+// sequence limit share them.
+const Model& spec_model(int64_t eos = 1, int64_t max_seq_len = 4096) {
+  static std::map<std::pair<int64_t, int64_t>, std::pair<std::unique_ptr<test::TempDir>, std::unique_ptr<Model>>> models;
+  auto& m = models[{eos, max_seq_len}];
   if (!m.second) {
     m.first = std::make_unique<test::TempDir>();
     RandomCheckpointOptions opt;
     opt.seed = 77;
-    write_random_checkpoint(spec_config(eos), m.first->path(), opt);
+    write_random_checkpoint(spec_config(eos, max_seq_len), m.first->path(), opt);
     m.second = Model::load(m.first->path());
   }
   return *m.second;
@@ -102,7 +104,7 @@ PlainRun plain_greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
   m.dspark_commit(st, hidden.data(), int64_t(prompt.size()), pool);
   if (keep_states) r.states[st.pos] = st;
   const int64_t V = m.config().vocab_size;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < n && st.pos < m.config().max_seq_len; ++i) {
     const int32_t tok = argmax_token(logits.data(), V);
     r.tokens.push_back(tok);
     r.logits.push_back(logits);
@@ -262,6 +264,22 @@ TEST(DSparkSpeculative, AcceptedEosEndsTheRunThere) {
   EXPECT_EQ(s.tokens, plain.tokens);
   // As in plain decoding the EOS itself is not consumed.
   expect_same_state(last, plain.states.at(int64_t(prompt.size()) + stop), "after EOS");
+}
+
+TEST(DSparkSpeculative, StopsAtTheSequenceLimitLikePlainDecoding) {
+  // max_seq_len 120, prompt 100: plain decoding emits 20 tokens (the last one at position 119).
+  const Model& m = spec_model(1, 120);
+  const auto prompt = random_prompt(kPrompt, 10);
+  ThreadPool pool(2);
+  const PlainRun plain = plain_greedy(m, prompt, 64, {}, &pool, false);
+  ASSERT_EQ(plain.tokens.size(), 20u);
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), plain.tokens.begin(), plain.tokens.end());
+  SpeculativeOptions opt;  // all-right drafts: cycles run into the limit with drafts to spare
+  opt.override_drafts = [&](int64_t pos, std::vector<int32_t>& drafts) {
+    for (size_t i = 0; i < drafts.size(); ++i) drafts[i] = pos + int64_t(i) < int64_t(sequence.size()) ? sequence[size_t(pos) + i] : 3;
+  };
+  EXPECT_EQ(spec_generate(m, prompt, 64, opt, &pool).tokens, plain.tokens);
 }
 
 TEST(DSparkSpeculative, RollbackToEveryPrefixOfAChunkEqualsDecoding) {
