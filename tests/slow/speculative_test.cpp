@@ -405,6 +405,104 @@ TEST(DSparkSpeculative, DISABLED_GreedySweepFiftyPromptsThreeHundredTokens) {
               (long long)cycles, (long long)drafted, (long long)accepted);
 }
 
+TEST(DSparkSpeculative, SampledNextTwoTokensFollowPlainSamplingOnATinyVocabulary) {
+  // A 4-token vocabulary (EOS = 1) at temperature 1.5: drafts overlap the target enough that
+  // acceptances, rejections with residual draws and bonus tokens all occur. From a fixed
+  // context and pending token, the next two tokens a speculative run emits (over seeds) must
+  // follow plain sampling's law p(a) p(b | a), computed exactly from plain forward calls.
+  ModelConfig c = spec_config(1, 4096);
+  c.vocab_size = 4;
+  c.dspark_noise_token_id = 3;
+  c.image_token_id = 3;
+  c.engram_compressed_vocab_size = 4;
+  test::TempDir dir;
+  RandomCheckpointOptions ro;
+  ro.seed = 78;
+  write_random_checkpoint(c, dir.path(), ro);
+  const auto m = Model::load(dir.path());
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  std::vector<int32_t> prompt{0};
+  while (prompt.size() < 20) prompt.push_back(int32_t(rng() % 4));
+  const int32_t pending = 2, eos = 1;
+  SamplerOptions so;
+  so.temperature = 1.5;
+  const Sampler sampler(so);
+
+  SequenceState base = m->new_sequence();
+  std::vector<uint16_t> hidden;
+  ForwardOptions fo;
+  fo.main_hidden_out = &hidden;
+  m->forward(base, prompt, fo, &pool);
+  m->dspark_commit(base, hidden.data(), int64_t(prompt.size()), &pool);
+  // Exact law: cell a*5 + b for (a, b); a*5 + 4 for "a is EOS, nothing follows".
+  auto normalised = [](std::vector<float> w) {
+    double s = 0;
+    for (float v : w) s += v;
+    std::vector<double> p;
+    for (float v : w) p.push_back(v / s);
+    return p;
+  };
+  std::vector<double> law(20, 0.0);
+  SequenceState after_pending = base;
+  const auto p0 = normalised(sampler.probabilities(m->forward(after_pending, {pending}, {}, &pool).data(), 4));
+  for (int a = 0; a < 4; ++a) {
+    if (a == eos) {
+      law[size_t(a * 5 + 4)] = p0[size_t(a)];
+      continue;
+    }
+    SequenceState s2 = after_pending;
+    const auto p1 = normalised(sampler.probabilities(m->forward(s2, {a}, {}, &pool).data(), 4));
+    for (int b = 0; b < 4; ++b) law[size_t(a * 5 + b)] = p0[size_t(a)] * p1[size_t(b)];
+  }
+
+  const int N = 1200;
+  std::vector<int64_t> counts(20, 0);
+  int64_t drafted = 0, accepted = 0;
+  for (int r = 0; r < N; ++r) {
+    SequenceState st = base;
+    SpeculativeOptions opt;
+    opt.sampling = so;
+    opt.sampling.seed = uint64_t(r);
+    opt.draft_tokens = 2;
+    SpeculativeDecoder dec(*m, st, opt, &pool);
+    std::vector<int32_t> out = dec.step(pending, 3);  // up to 2 drafts
+    if (out.size() == 1 && out[0] != eos) out.push_back(dec.step(out[0], 1).at(0));
+    ++counts[size_t(out[0] * 5 + (out[0] == eos ? 4 : out[1]))];
+    drafted += dec.stats().drafted;
+    accepted += dec.stats().accepted;
+  }
+  // Pearson chi-square over the cells with an expected count of at least 5 (the rest pooled).
+  double x2 = 0, pooled_e = 0;
+  int64_t pooled_n = 0;
+  int cells = 0;
+  for (size_t i = 0; i < law.size(); ++i) {
+    const double e = law[i] * N;
+    if (law[i] == 0) {
+      EXPECT_EQ(counts[i], 0) << "impossible cell " << i;
+      continue;
+    }
+    if (e < 5) {
+      pooled_e += e;
+      pooled_n += counts[i];
+      continue;
+    }
+    x2 += (double(counts[i]) - e) * (double(counts[i]) - e) / e;
+    ++cells;
+  }
+  if (pooled_e > 0) {
+    x2 += (double(pooled_n) - pooled_e) * (double(pooled_n) - pooled_e) / pooled_e;
+    ++cells;
+  }
+  const double k = cells - 1;  // Wilson-Hilferty 0.999 quantile of chi-square(k)
+  const double bound = k * std::pow(1 - 2 / (9 * k) + 3.0902 * std::sqrt(2 / (9 * k)), 3);
+  EXPECT_LT(x2, bound) << cells << " cells";
+  EXPECT_GT(accepted, drafted / 10) << "acceptances too rare to test the chain";
+  EXPECT_LT(accepted, drafted * 9 / 10) << "rejections too rare to test the residual";
+  std::printf("tiny vocabulary: chi-square %.1f over %d cells (bound %.1f); %lld of %lld drafts accepted\n", x2, cells,
+              bound, (long long)accepted, (long long)drafted);
+}
+
 TEST(DSparkDrafter, DraftsDoNotDependOnThreadsAndCommitsDoNotDependOnChunking) {
   const Model& m = spec_model();
   const auto prompt = random_prompt(150, 9);  // more rows than the 128-slot ring
