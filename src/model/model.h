@@ -70,6 +70,8 @@ class Model {
   const ModelPlan& plan() const { return plan_; }
   const ModelWeights& weights() const { return weights_; }
   const std::vector<int32_t>& compressed_vocab() const { return compressed_vocab_; }
+  // Engram hashing constants; null for a model without Engram layers.
+  const EngramHashParams* engram_hash() const { return engram_hash_.get(); }
   SequenceState new_sequence() const { return make_sequence_state(config_, plan_); }
 
   // Runs `tokens` at state.pos and advances the state. Returns fp32 logits: [1][vocab] for the
