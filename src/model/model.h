@@ -63,8 +63,10 @@ struct ForwardHooks {
 class Model {
  public:
   // Opens a checkpoint directory, validates config and tensors (every problem in one error),
-  // and prepares the weights (zero-copy where the layout allows).
-  static std::unique_ptr<Model> load(const std::string& dir);
+  // and prepares the weights (zero-copy where the layout allows). `progress(stage, done, total)`
+  // reports the steps for a progress display: "validating" (tensors), "preparing" (layers).
+  using LoadProgress = std::function<void(const char* stage, int64_t done, int64_t total)>;
+  static std::unique_ptr<Model> load(const std::string& dir, const LoadProgress& progress = {});
 
   const ModelConfig& config() const { return config_; }
   const ModelPlan& plan() const { return plan_; }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,8 @@ struct ModelWeights {
 };
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan);
+// `on_layer(done, total)` is called before each plan layer is prepared (progress display).
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer = {});
 
 }  // namespace ds41
