@@ -8,7 +8,7 @@
 namespace ds41 {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 struct BadCase {
   const char* body;

@@ -6,7 +6,7 @@
 
 namespace ds41 {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -127,7 +127,7 @@ void read_openai_sampling(const json& b, ApiRequest& r) {
 // Anthropic-style {"type": "enabled"|"disabled"}), or chat_template_kwargs.thinking (vLLM).
 void read_thinking(const json& b, ApiRequest& r) {
   if (const json* e = field(b, "reasoning_effort")) {
-    r.reasoning_effort = parse_reasoning_effort(*e, "reasoning_effort");
+    r.reasoning_effort = api_reasoning_effort(*e, "reasoning_effort");
     r.thinking = true;
   }
   auto read_switch = [&](const json& v, const std::string& param) {
@@ -258,7 +258,7 @@ void read_tool_choice(const json& b, ApiRequest& r) {
 
 }  // namespace
 
-int parse_reasoning_effort(const json& v, const std::string& param) {
+int api_reasoning_effort(const json& v, const std::string& param) {
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
     if (s == "low") return 50;

@@ -23,8 +23,9 @@ enum class ApiKind { ChatCompletions, Completions, AnthropicMessages };
 struct ApiRequest {
   ApiKind kind = ApiKind::ChatCompletions;
   std::string model;
-  nlohmann::json messages = nlohmann::json::array();  // chat / messages
-  nlohmann::json tools = nlohmann::json::array();     // OpenAI function objects {"type":"function","function":{...}}
+  // ordered_json: key order is model input (tool schemas are rendered in document order).
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // chat / messages
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();     // [{"type":"function","function":{...}}]
   std::string tool_choice = "auto";                   // auto | none | required | function:<name>
   std::string prompt;                                 // completions
   bool thinking = false;
@@ -34,7 +35,7 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // OpenAI stream_options.include_usage
-  nlohmann::json response_format;  // OpenAI response_format (json_schema passed to the encoder)
+  nlohmann::ordered_json response_format;  // OpenAI response_format (json_schema passed to the encoder)
 };
 
 struct ApiDefaults {
@@ -45,11 +46,11 @@ struct ApiDefaults {
   int max_images = 8;
 };
 
-ApiRequest parse_chat_completions(const nlohmann::json& body, const ApiDefaults& d);
-ApiRequest parse_completions(const nlohmann::json& body, const ApiDefaults& d);
-ApiRequest parse_anthropic_messages(const nlohmann::json& body, const ApiDefaults& d);
+ApiRequest parse_chat_completions(const nlohmann::ordered_json& body, const ApiDefaults& d);
+ApiRequest parse_completions(const nlohmann::ordered_json& body, const ApiDefaults& d);
+ApiRequest parse_anthropic_messages(const nlohmann::ordered_json& body, const ApiDefaults& d);
 
 // reasoning_effort as the APIs spell it: low | medium | high | max | xhigh or an integer 1-100.
-int parse_reasoning_effort(const nlohmann::json& v, const std::string& param);
+int api_reasoning_effort(const nlohmann::ordered_json& v, const std::string& param);
 
 }  // namespace ds41

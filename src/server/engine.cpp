@@ -52,6 +52,7 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions opt)
     : model_(model), pool_(pool), opt_(opt), prefix_cache_(opt.prefix_cache_bytes) {
   if (opt_.max_batch < 1) throw Error("max batch must be >= 1");
   if (opt_.prefill_chunk < 1) throw Error("prefill chunk must be >= 1");
+  if (opt_.max_context <= 0 || opt_.max_context > model.config().max_seq_len) opt_.max_context = model.config().max_seq_len;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -69,10 +70,11 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
   if (req.prompt.empty()) throw Error("the prompt is empty");
   for (int32_t id : req.prompt)
     if (id < 0 || id >= c.vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
-  if (int64_t(req.prompt.size()) >= c.max_seq_len)
-    throw Error("the prompt is " + std::to_string(req.prompt.size()) + " tokens; the model's context is " +
-                std::to_string(c.max_seq_len) + " tokens");
+  if (int64_t(req.prompt.size()) >= opt_.max_context)
+    throw Error("the prompt is " + std::to_string(req.prompt.size()) + " tokens; the context is " +
+                std::to_string(opt_.max_context) + " tokens");
   if (req.max_tokens < 0) throw Error("max_tokens must be >= 0");
+  req.max_tokens = std::min(req.max_tokens, opt_.max_context - int64_t(req.prompt.size()));
   Sampler check(req.sampling);  // throws on invalid options
   (void)check;
   auto h = std::make_shared<RequestHandle>();

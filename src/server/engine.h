@@ -30,6 +30,7 @@ struct EngineOptions {
   int max_batch = 8;                   // requests decoded concurrently; more wait in a queue
   int64_t prefill_chunk = 256;         // prompt tokens per step of one request
   int64_t prefix_cache_bytes = int64_t(1) << 30;
+  int64_t max_context = 0;             // prompt + answer tokens per request (0 = the model's max_seq_len)
 };
 
 struct EngineRequest {

@@ -46,6 +46,7 @@ struct Job {
         saw_tool_calls |= !d.tool_calls.empty();
         out += writer->delta(d);
         if (d.stop_matched) {
+          stop_sequence = d.stop_sequence;
           handle->cancel();
           out += end(EndReason::StopSequence);
         }
@@ -56,7 +57,10 @@ struct Job {
         EndReason why = ev.finish == FinishReason::Length || ev.finish == FinishReason::ContextFull ? EndReason::Length
                         : ev.finish == FinishReason::Cancelled                                        ? EndReason::Cancelled
                                                                                                        : EndReason::Eos;
-        if (d.stop_matched) why = EndReason::StopSequence;
+        if (d.stop_matched) {
+          stop_sequence = d.stop_sequence;
+          why = EndReason::StopSequence;
+        }
         out += end(why);
       } else {
         out += writer->stream_error(ev.error);
@@ -104,7 +108,7 @@ struct Server::Impl {
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
     ++http_requests;
     try {
-      json body = json::parse(req.body, nullptr, false);
+      nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, false);
       if (body.is_discarded()) throw bad_request("the request body is not valid JSON");
       ApiRequest r = kind == ApiKind::ChatCompletions ? parse_chat_completions(body, opt.defaults)
                      : kind == ApiKind::Completions   ? parse_completions(body, opt.defaults)
@@ -116,7 +120,7 @@ struct Server::Impl {
       job->req = r;
       job->prompt = text.render(r);
       if (!job->prompt.images.empty()) throw bad_request("this model has no vision encoder: images are not accepted", "messages");
-      const int64_t ctx = engine.model().config().max_seq_len;
+      const int64_t ctx = engine.options().max_context;
       const int64_t n_prompt = int64_t(job->prompt.ids.size());
       if (n_prompt >= ctx)
         throw ApiError(400, "invalid_request_error",
@@ -219,7 +223,7 @@ struct Server::Impl {
     http.Post("/v1/messages", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, ApiKind::AnthropicMessages); });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ds41"},
-                {"max_model_len", engine.model().config().max_seq_len}};
+                {"max_model_len", engine.options().max_context}};
       res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {

@@ -30,6 +30,7 @@ struct ReplyDelta {
   std::string reasoning, content;
   std::vector<ToolCallOut> tool_calls;
   bool stop_matched = false;  // a stop sequence ended the content
+  std::string stop_sequence;  // which one
   bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
 };
 
