@@ -75,6 +75,8 @@ class Generation {
   // Positions the sequence has consumed plus the pending token.
   int64_t length() const { return state_.pos + (pending_ ? 1 : 0); }
   const std::vector<float>& last_logits() const { return logits_; }
+  // Prompt tokens and prefill time of the last feed().
+  const GenerationStats& last_feed_stats() const { return last_feed_; }
 
  private:
   const Model& model_;
