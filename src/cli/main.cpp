@@ -22,6 +22,8 @@ const Command kCommands[] = {
     {"inspect", ds41::cli::cmd_inspect, "describe a checkpoint or config (layer plan, tensors, KV bytes, validation)"},
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
     {"engram", ds41::cli::cmd_engram, "print the Engram hash rows of a sequence"},
+    {"tokenize", ds41::cli::cmd_tokenize, "print the token ids of a text (tokenizer.json)"},
+    {"detokenize", ds41::cli::cmd_detokenize, "print the text of token ids"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
 };
 
