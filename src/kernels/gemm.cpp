@@ -398,14 +398,14 @@ void for_each_simd_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, co
 
 bool is_nan_code(uint8_t code) { return (code & 0x7f) == 0x7f; }
 
-// act_quant of one row for the SIMD FP8 kernel: codes, scales, values * 2^8 as doubles.
-void prepare_fp8_row(const uint16_t* x, int64_t K, uint8_t* codes, float* scales, double* values,
+// act_quant of one row for the SIMD FP8 kernel: codes, scales, decoded values.
+void prepare_fp8_row(const uint16_t* x, int64_t K, uint8_t* codes, float* scales, float* values,
                      uint8_t* special) {
   act_quant_row(x, K, codes, scales);
   bool odd = false;
   for (int64_t k = 0; k < K; ++k) {
     odd |= is_nan_code(codes[k]);
-    values[k] = double(kE4M3Table[codes[k]]) * 256.0;
+    values[k] = kE4M3Table[codes[k]];
   }
   for (int64_t b = 0; b < K / kBlock; ++b) odd |= !std::isfinite(scales[b]);
   *special = odd ? 1 : 0;
@@ -443,13 +443,12 @@ void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
   if (M == 0 || W.N == 0) return;
   const int64_t K = W.K, KB = K / kBlock;
   thread_local std::vector<uint8_t> codes_buffer, special_buffer;
-  thread_local std::vector<float> scales_buffer;
-  thread_local std::vector<double> values_buffer;
+  thread_local std::vector<float> scales_buffer, values_buffer;
   for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
     const int64_t rows = std::min(kChunkRows, M - m0);
     uint8_t* codes = scratch(codes_buffer, rows * K);
     float* scales = scratch(scales_buffer, rows * KB);
-    double* values = scratch(values_buffer, rows * K);
+    float* values = scratch(values_buffer, rows * K);
     uint8_t* special = scratch(special_buffer, rows);
     parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)

@@ -14,9 +14,8 @@ namespace ds41::simd {
 
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
-  // E4M3 activation values times 2^8, as doubles: the kernels decode weights as w * 2^-8, so
-  // every product is exactly a * w.
-  const double* values;    // [rows][K]
+  // E4M3 activation values as fp32 (the kernels decode weights as w * 2^-8; products are exact).
+  const float* values;     // [rows][K]
   const float* scales;     // [rows][K/32] act_quant scales (powers of two)
   const uint8_t* codes;    // [rows][K] the E4M3 codes (for the scalar fallback)
   const uint8_t* special;  // [rows] 1 = the row holds a NaN code or a non-finite scale
