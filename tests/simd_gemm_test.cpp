@@ -15,6 +15,8 @@
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
+#include "kernels/simd_kernels.h"
 #include "kernels/simd_level.h"
 
 namespace ds41 {
@@ -298,6 +300,35 @@ TEST(SimdGemm, DenseLaneOrderIsKept) {
     for (int64_t k : {(c + 1) * 4, (c + 1) * 4 + 1, (c + 1) * 4 + 2, (c + 1) * 4 + 3, c * 4, c * 4 + 1, c * 4 + 2, c * 4 + 3})
       if (k < K) swapped[k % 4] += double(w[size_t(k)]);
   EXPECT_NE(float((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])), float((swapped[0] + swapped[1]) + (swapped[2] + swapped[3])));
+}
+
+// act_quant (§3.1) vectorised: codes and scales byte for byte, over blocks of every magnitude
+// (E4M3 subnormal codes, the 1e-4 amax floor, bf16 subnormals, the bf16 maximum) and blocks
+// holding NaN or inf (left to the scalar code, whose NaN payloads it defines).
+TEST(SimdGemm, ActQuantMatchesScalarBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(6);
+  const int64_t K = 32 * 64;
+  std::vector<uint16_t> x = random_bf16(K, rng);
+  std::uniform_int_distribution<int> any(0, 0xffff);
+  for (int64_t k = 32 * 40; k < 32 * 48; ++k) x[size_t(k)] = uint16_t(any(rng));  // every bit pattern
+  for (int64_t k = 32 * 48; k < 32 * 49; ++k) x[size_t(k)] = uint16_t(k % 4);     // bf16 subnormals
+  x[32 * 50 + 3] = 0x7f7f;                                                         // bf16 max
+  x[32 * 51 + 7] = 0x7f80;                                                         // +inf
+  x[32 * 52 + 9] = 0xffc3;                                                         // NaN
+  for (int64_t k = 32 * 53; k < 32 * 54; ++k) x[size_t(k)] = f32_to_bf16(1e-6f * float(k % 7));  // amax floor
+  std::vector<uint8_t> codes_twin(static_cast<size_t>(K)), codes(static_cast<size_t>(K));
+  std::vector<float> scales_twin(size_t(K / 32)), scales(size_t(K / 32));
+  act_quant_row(x.data(), K, codes_twin.data(), scales_twin.data());
+  for (SimdLevel l : levels) {
+    const simd::KernelTable* kt = simd::kernel_table(l);
+    ASSERT_NE(kt, nullptr);
+    EXPECT_FALSE(kt->act_quant_row(x.data(), K, codes.data(), scales.data()));  // inf/NaN blocks present
+    EXPECT_EQ(first_difference(codes, codes_twin), -1) << simd_level_name(l);
+    EXPECT_EQ(first_difference(scales, scales_twin), -1) << simd_level_name(l);
+    EXPECT_TRUE(kt->act_quant_row(x.data(), 32 * 40, codes.data(), scales.data()));
+  }
 }
 
 TEST(SimdLevel, ParsesNamesAndCapsAtTheSupportedLevel) {

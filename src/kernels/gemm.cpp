@@ -396,47 +396,6 @@ void for_each_simd_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, co
   });
 }
 
-bool is_nan_code(uint8_t code) { return (code & 0x7f) == 0x7f; }
-
-// act_quant of one row for the SIMD FP8 kernel: codes, scales, decoded values.
-void prepare_fp8_row(const uint16_t* x, int64_t K, uint8_t* codes, float* scales, float* values,
-                     uint8_t* special) {
-  act_quant_row(x, K, codes, scales);
-  bool odd = false;
-  for (int64_t k = 0; k < K; ++k) {
-    odd |= is_nan_code(codes[k]);
-    values[k] = kE4M3Table[codes[k]];
-  }
-  for (int64_t b = 0; b < K / kBlock; ++b) odd |= !std::isfinite(scales[b]);
-  *special = odd ? 1 : 0;
-}
-
-// act_quant of one row for the SIMD FP4 kernel (layout in simd_kernels.h, Fp4Activations).
-void prepare_fp4_row(const uint16_t* x, int64_t K, uint8_t* codes, float* raw_scales, int8_t* chunks,
-                     int32_t* offsets, float* scales, uint8_t* special) {
-  act_quant_row(x, K, codes, raw_scales);
-  bool odd = false;
-  for (int64_t b = 0; b < K / kBlock; ++b) {
-    odd |= !std::isfinite(raw_scales[b]);
-    scales[b] = raw_scales[b] * 0x1p-10f;  // exact: act_quant scales are >= 2^-22
-    int8_t* c = chunks + b * 3 * kBlock;
-    int32_t sum = 0;
-    for (int64_t i = 0; i < kBlock; ++i) {
-      const int64_t k = b * kBlock + i;
-      odd |= is_nan_code(codes[k]);
-      const int32_t a9 = is_nan_code(codes[k]) ? 0 : int32_t(kE4M3Table[codes[k]] * 512.0f);
-      sum += a9;
-      // Position of element i in the weight decoder's order: low nibbles (even i) first.
-      const int64_t pos = (i % 2 == 0) ? i / 2 : 16 + i / 2;
-      c[pos] = int8_t(a9 & 127);
-      c[kBlock + pos] = int8_t((a9 >> 7) & 127);
-      c[2 * kBlock + pos] = int8_t(a9 >> 14);  // arithmetic shift: floor, in [-15, 14]
-    }
-    offsets[b] = 12 * sum;
-  }
-  *special = odd ? 1 : 0;
-}
-
 void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, const Fp8Matrix& W,
                      uint16_t* y, ThreadPool* pool) {
   check_quantized_dims("linear_fp8", M, W.N, W.K);
@@ -452,7 +411,7 @@ void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
     uint8_t* special = scratch(special_buffer, rows);
     parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
-        prepare_fp8_row(x + (m0 + r) * K, K, codes + r * K, scales + r * KB, values + r * K, special + r);
+        kt.prepare_fp8_row(x + (m0 + r) * K, K, codes + r * K, scales + r * KB, values + r * K, special + r);
     });
     for_each_simd_tile(rows, W.N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
       const simd::Fp8Activations act{values + r0 * K, scales + r0 * KB, codes + r0 * K, special + r0, K};
@@ -480,8 +439,8 @@ void simd_linear_fp4(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
     uint8_t* special = scratch(special_buffer, rows);
     parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
-        prepare_fp4_row(x + (m0 + r) * K, K, codes + r * K, raw_scales + r * KB, chunks + r * 3 * K,
-                        offsets + r * KB, scales + r * KB, special + r);
+        kt.prepare_fp4_row(x + (m0 + r) * K, K, codes + r * K, raw_scales + r * KB, chunks + r * 3 * K,
+                           offsets + r * KB, scales + r * KB, special + r);
     });
     for_each_simd_tile(rows, W.N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
       const simd::Fp4Activations act{chunks + r0 * 3 * K, offsets + r0 * KB, scales + r0 * KB,

@@ -57,6 +57,14 @@ struct KernelTable {
               uint16_t* y, int64_t y_stride);
   void (*fp4)(const Fp4Activations& x, int64_t M, const Fp4Matrix& W, int64_t n0, int64_t n1,
               uint16_t* y, int64_t y_stride);
+  // act_quant_row (quant.h) for K % 32 == 0, bit for bit; returns false if a block was not
+  // finite (such blocks are computed by the scalar act_quant_row).
+  bool (*act_quant_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* scales);
+  // One row of Fp8Activations / Fp4Activations from bf16 x (K % 32 == 0).
+  void (*prepare_fp8_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* scales, float* values,
+                          uint8_t* special);
+  void (*prepare_fp4_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* raw_scales, int8_t* chunks,
+                          int32_t* offsets, float* scales, uint8_t* special);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).
