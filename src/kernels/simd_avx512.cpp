@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <vector>
 
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
+#include "kernels/sparse_attention.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), apply_to = function)
@@ -28,6 +30,13 @@ namespace ds41::simd::avx512 {
 #define DS41_SIMD_VNNI 1
 #define DS41_SIMD_REGS 32
 #include "kernels/simd_gemm.inc"
+#include "kernels/simd_attention.inc"
+
+extern const KernelTable kTable;
+const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,
+                            fp8_kernel,         fp4_kernel,      act_quant_row_simd,
+                            prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
+                            indexer_scores_simd, hc_mix_dots_simd};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

@@ -65,6 +65,16 @@ struct KernelTable {
                           uint8_t* special);
   void (*prepare_fp4_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* raw_scales, int8_t* chunks,
                           int32_t* offsets, float* scales, uint8_t* special);
+  // sparse_attention_row (sparse_attention.h) without the caller's scratch (the kernel keeps its
+  // own per thread).
+  void (*sparse_attention_row)(const uint16_t* q, int H, int64_t Dh, const uint16_t* const* kv_rows, int n,
+                               const float* attn_sink, float softmax_scale, uint16_t* out);
+  // indexer_scores (indexer_score.h).
+  void (*indexer_scores)(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint16_t* keys,
+                         int64_t count, float* scores);
+  // The double dot products of hc_mixes (hyper_connection.h) before the rounding and the rms
+  // factor: dots[k] = sum_t fn[k][t] * X[t] in the twin's order.
+  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn, int nmix, double* dots);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

@@ -9,6 +9,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
+#include "kernels/indexer_score.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
@@ -87,18 +88,7 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
       // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
       // only changes how exact ties are broken. Using the visible width in every call shape keeps
       // prefill, decode and chunked calls identical and equal to the reference's decode.
-      for (int64_t t = 0; t < count; ++t) {
-        float acc = 0.f;
-        for (int64_t h = 0; h < NH; ++h) {
-          const uint16_t* qv = qi.data() + (s * NH + h) * IH;
-          const uint16_t* kv = K.data() + t * IH;
-          float dot = 0.f;
-          for (int64_t d = 0; d < IH; ++d) dot += bf16_to_f32(qv[d]) * bf16_to_f32(kv[d]);
-          float r = std::max(round_bf16(dot), 0.f);
-          acc += round_bf16(r * bf16_to_f32(wts[s * NH + h]));
-        }
-        score[t] = round_bf16(acc);
-      }
+      indexer_scores(qi.data() + s * NH * IH, wts.data() + s * NH, int(NH), IH, K.data(), count, score.data());
       if (pool_source)
         ctx.candidates[s] = candidate_pool_row(score.data(), count, count, c.candidate_topk_blocks, c.candidate_block_size);
       if (pool_restricted)
