@@ -108,6 +108,7 @@ int cmd_run(int argc, char** argv) {
     throw Error("--tokens: the sequence would be " + std::to_string(st.pos + int64_t(prompt.size())) +
                 " tokens long, more than the model's max_seq_len " + std::to_string(c.max_seq_len));
   const int64_t start_pos = st.pos;
+  reserve_sequence(st, c, model->plan(), std::min<int64_t>(c.max_seq_len, st.pos + int64_t(prompt.size()) + max_tokens));
   json steps = json::array();
   std::vector<int32_t> generated;
   auto record_step = [&](const std::vector<float>& logits) {
@@ -128,6 +129,7 @@ int cmd_run(int argc, char** argv) {
     logits = model->forward(st, std::vector<int32_t>(prompt.begin() + long(i), prompt.begin() + long(end)), fo, &pool);
   }
   auto t1 = std::chrono::steady_clock::now();
+  std::vector<int32_t> step_token(1);
   for (int64_t n = 0; n < max_tokens; ++n) {
     if (st.pos >= c.max_seq_len) break;
     int32_t tok = sampler.sample(logits.data(), c.vocab_size, uint64_t(n));
@@ -139,7 +141,8 @@ int cmd_run(int argc, char** argv) {
       std::fflush(stdout);
     }
     if (tok == c.eos_token_id || n + 1 == max_tokens) break;
-    logits = model->forward(st, {tok}, fo, &pool);
+    step_token[0] = tok;
+    model->forward_into(logits, st, step_token, fo, &pool);
   }
   auto t2 = std::chrono::steady_clock::now();
   if (!save_path.empty()) {
