@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
     {"engram", ds41::cli::cmd_engram, "print the Engram hash rows of a sequence"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
+    {"bench", ds41::cli::cmd_bench, "measure bandwidth, FMA peak, prefill/decode speed and their efficiencies"},
 };
 
 void print_usage(FILE* f) {

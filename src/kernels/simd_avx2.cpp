@@ -31,12 +31,13 @@ namespace ds41::simd::avx2 {
 #define DS41_SIMD_REGS 16
 #include "kernels/simd_gemm.inc"
 #include "kernels/simd_attention.inc"
+#include "kernels/simd_peak.inc"
 
 extern const KernelTable kTable;
 const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,
                             fp8_kernel,         fp4_kernel,      act_quant_row_simd,
                             prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
-                            indexer_scores_simd, hc_mix_dots_simd};
+                            indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

@@ -75,6 +75,9 @@ struct KernelTable {
   // The double dot products of hc_mixes (hyper_connection.h) before the rounding and the rms
   // factor: dots[k] = sum_t fn[k][t] * X[t] in the twin's order.
   void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn, int nmix, double* dots);
+  // `iterations` rounds of independent fp32 FMA chains at the widest vectors of the level;
+  // returns the flops done (2 per lane per FMA). The result lands in *sink (keeps it live).
+  double (*fma_peak)(int64_t iterations, float* sink);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).
