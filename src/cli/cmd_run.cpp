@@ -134,6 +134,8 @@ int cmd_run(int argc, char** argv) {
     prompt = parse_token_ids(args.get_or("tokens", "0,128803,63006,44388,305,4575"), c.vocab_size);
   }
   if (prompt.empty()) throw Error("the prompt is empty");
+  // Caches sized once for the whole answer: no reallocation inside the decode loop.
+  reserve_sequence(st, c, model->plan(), std::min<int64_t>(c.max_seq_len, st.pos + int64_t(prompt.size()) + max_tokens));
   Generation gen(*model, std::move(st), Sampler(so), &pool, fo);
   gen.feed(prompt, chunk);  // checks the context length before running anything
 

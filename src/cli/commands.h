@@ -15,5 +15,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace ds41::cli

@@ -28,6 +28,7 @@ const Command kCommands[] = {
     {"tokenize", ds41::cli::cmd_tokenize, "print the token ids of a text (tokenizer.json)"},
     {"detokenize", ds41::cli::cmd_detokenize, "print the text of token ids"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
+    {"bench", ds41::cli::cmd_bench, "measure bandwidth, FMA peak, prefill/decode speed and their efficiencies"},
 };
 
 void print_usage(FILE* f) {
