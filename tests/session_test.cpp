@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "runtime/session.h"
+#include "state_compare.h"
 #include "tiny_model.h"
 
 namespace ds41 {
@@ -34,24 +35,7 @@ int32_t argmax(const std::vector<float>& v) {
   return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-bool same_state(const SequenceState& a, const SequenceState& b) {
-  if (a.pos != b.pos || a.index_k_publisher != b.index_k_publisher || a.layers.size() != b.layers.size() ||
-      a.token_history != b.token_history || a.engram_history != b.engram_history)
-    return false;
-  for (size_t i = 0; i < a.layers.size(); ++i) {
-    const LayerState& x = a.layers[i];
-    const LayerState& y = b.layers[i];
-    // Floats compared by bits: "exact" means the very same bytes.
-    auto bits_eq = [](const std::vector<float>& p, const std::vector<float>& q) {
-      return p.size() == q.size() && (p.empty() || std::memcmp(p.data(), q.data(), p.size() * 4) == 0);
-    };
-    if (x.entries != y.entries || x.ring_codes != y.ring_codes || x.ring_scales != y.ring_scales ||
-        !bits_eq(x.group_kv, y.group_kv) || !bits_eq(x.group_score, y.group_score) || x.ckv_codes != y.ckv_codes ||
-        x.ckv_scales != y.ckv_scales || x.ik_codes != y.ik_codes || x.ik_scales != y.ik_scales)
-      return false;
-  }
-  return true;
-}
+using test::same_state;
 
 // One loaded model and its state after the prompt, per Engram setting (prefill shared by tests).
 struct Prefilled {

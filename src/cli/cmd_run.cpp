@@ -73,6 +73,7 @@ int cmd_run(int argc, char** argv) {
              {"top-p", "P", "nucleus sampling threshold (1 = off)", "1"},
              {"seed", "N", "sampling seed", "0"},
              {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
+             {"prefill", "MODE", "full (exact) or ced: a call longer than the window runs the decoder layers over its last window only", "full"},
              {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
              {"load-session", "FILE", "continue a saved sequence: --tokens are appended to it", ""},
              {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
@@ -97,6 +98,7 @@ int cmd_run(int argc, char** argv) {
   Sampler sampler(so);
   ForwardOptions fo;
   fo.corrected_index_keys = args.flag("corrected-index-keys");
+  fo.prefill = parse_prefill_mode(args.get_or("prefill", "full"));
   const int64_t chunk = args.get_int("chunk", 0);
   if (chunk < 0) throw Error("--chunk must be >= 0");
 

@@ -30,12 +30,31 @@ struct ForwardContext {
   std::vector<std::vector<std::vector<int32_t>>> topk;
   // Candidate pool of this call (candidate source): per query, a keep flag per entry.
   std::vector<std::vector<uint8_t>> candidates;
+  // Set once the compressed entries of every position of the call are in the state before the
+  // kv sources run (bounded replay; the decoder part of a CED prefill): kv sources only publish.
+  bool global_cache_ready = false;
+  std::vector<uint8_t> image_mask_rows{};  // image_mask points here once a CED prefill narrows the call
 
   const std::vector<float>& inv_freq(const LayerPlan& lp) const {
     return lp.ratio > 0 ? inv_freq_compressed : inv_freq_plain;
   }
   int64_t pos(int s) const { return start + s; }
 };
+
+// Starts a bounded replay (ForwardOptions::bounded_replay, replay.cpp): checks that the global
+// caches end where the call ends, starts every layer's window at the call's first position and
+// marks the caches ready. Throws ds41::Error otherwise.
+void begin_bounded_replay(ForwardContext& ctx);
+// Whether this call is a CED prefill that narrows to the window at the decoder (ced.cpp); throws
+// ds41::Error for what a narrowed call cannot give (every position's logits, per-position hooks).
+bool ced_narrows(const ForwardContext& ctx);
+// CED prefill (ced.cpp) at the first decoder layer `lp`, after its Engram: runs the layer's
+// compressor over every row of the call, then narrows the call to its last window_size rows —
+// X [S][hc][dim], a_in [S][hc], engram_ids [S][...] and text_mask [S] (both may be empty) keep
+// their last rows, ctx.start/ctx.S/ctx.image_mask move with them — and starts the decoder layers'
+// windows there. Returns the new row count.
+int ced_enter_decoder(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, std::vector<uint16_t>& X,
+                      std::vector<float>& a_in, std::vector<int64_t>& engram_ids, std::vector<uint8_t>& text_mask);
 
 // Attention sublayer of one block for the whole call: x [S][dim] -> y [S][dim] (bf16).
 void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,

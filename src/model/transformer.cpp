@@ -64,13 +64,14 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                                   ThreadPool* pool, const ForwardHooks* hooks,
                                   const std::vector<uint8_t>* image_mask) const {
   const ModelConfig& c = config_;
-  const int S = int(tokens.size());
+  // Rows the call is running: all its tokens, until a CED prefill narrows them at the decoder.
+  int S = int(tokens.size());
   if (S == 0) throw Error("forward: no tokens given");
   for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab_size)
       throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.vocab_size - 1) + ")");
   if (image_mask && int(image_mask->size()) != S) throw Error("forward: image mask length differs from the token count");
-  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos : 0))
+  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos - state.history_start : 0))
     throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
 
   // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
@@ -84,7 +85,8 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                                                                             : int64_t(compressed_vocab_[size_t(tokens[size_t(s)])]));
     engram_cols = engram_hash_->columns;
     engram_ids.resize(size_t(S) * engram_hash_->n_layers * engram_cols);
-    engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data());
+    engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data(),
+                          state.history_start);
     if (image_mask)
       for (uint8_t m : *image_mask) text_mask.push_back(m ? 0 : 1);
   }
@@ -94,6 +96,8 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   ctx.start = state.pos;
   ctx.S = S;
   ctx.topk.resize(plan_.layers.size());
+  if (opt.bounded_replay) begin_bounded_replay(ctx);
+  const bool ced = ced_narrows(ctx);
 
   const int hc = c.hc_mult;
   const int64_t D = c.dim;
@@ -144,6 +148,7 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                     size_t(engram_cols) * sizeof(int64_t));
       engram_forward(ctx, lp, w, rows.data(), engram_cols, X.data());
     }
+    if (ced && lp.id == plan_.decoder_start) S = ced_enter_decoder(ctx, lp, w, X, a_in, engram_ids, text_mask);
 
     sublayer(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, w.attn_norm, a_in, attn_mix,
              [&] { attention_forward(ctx, lp, w, hn.data(), y.data()); });
@@ -168,7 +173,7 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   std::vector<float> logits(size_t(rows) * c.vocab_size);
   linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
 
-  state.pos += S;
+  state.pos += int64_t(tokens.size());
   state.token_history.insert(state.token_history.end(), tokens.begin(), tokens.end());
   return logits;
 }
