@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
     {"engram", ds41::cli::cmd_engram, "print the Engram hash rows of a sequence"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
+    {"bench-prefill", ds41::cli::cmd_prefill_compare, "compare full and CED prefill (speed, next-token divergence)"},
 };
 
 void print_usage(FILE* f) {

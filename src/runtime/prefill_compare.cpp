@@ -1,0 +1,136 @@
+#include "runtime/prefill_compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "base/error.h"
+#include "model/model.h"
+
+namespace ds41 {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Lowest id among the largest logits (the greedy sampler's tie rule).
+int32_t greedy(const std::vector<float>& logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// log-softmax of one row, in double.
+std::vector<double> log_softmax(const float* x, int64_t n) {
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, double(x[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(x[i]) - lse;
+  return out;
+}
+
+}  // namespace
+
+double logits_kl(const float* p_logits, const float* q_logits, int64_t n) {
+  const std::vector<double> lp = log_softmax(p_logits, n), lq = log_softmax(q_logits, n);
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(kl, 0.0);  // rounding can leave a tiny negative for identical rows
+}
+
+std::vector<PrefillCompareRow> compare_prefill(const Model& model, const PrefillCompareOptions& opt, ThreadPool* pool,
+                                               const std::function<void(const PrefillCompareRow&)>& progress) {
+  const ModelConfig& c = model.config();
+  if (opt.lengths.empty()) throw Error("prefill comparison: no prompt lengths given");
+  if (opt.continuation < 0) throw Error("prefill comparison: the continuation length must be >= 0");
+  if (opt.repeats < 1) throw Error("prefill comparison: repeats must be >= 1");
+  const int64_t longest = *std::max_element(opt.lengths.begin(), opt.lengths.end());
+  for (int64_t n : opt.lengths)
+    if (n < 1 || n + opt.continuation > c.max_seq_len)
+      throw Error("prefill comparison: a prompt of " + std::to_string(n) + " tokens plus " +
+                  std::to_string(opt.continuation) + " generated does not fit the model (max_seq_len " +
+                  std::to_string(c.max_seq_len) + ")");
+  std::vector<int32_t> tokens = opt.tokens;
+  if (tokens.empty()) {
+    std::mt19937_64 g(opt.seed);
+    for (int64_t i = 0; i < longest; ++i) tokens.push_back(int32_t(g() % uint64_t(c.vocab_size)));
+  } else if (int64_t(tokens.size()) < longest) {
+    throw Error("prefill comparison: the prompt tokens (" + std::to_string(tokens.size()) +
+                ") are fewer than the longest length " + std::to_string(longest));
+  }
+
+  ForwardOptions full_opt;
+  full_opt.corrected_index_keys = opt.corrected_index_keys;
+  ForwardOptions ced_opt = full_opt;
+  ced_opt.prefill = PrefillMode::Ced;
+  const int64_t V = c.vocab_size;
+
+  std::vector<PrefillCompareRow> rows;
+  for (int64_t n : opt.lengths) {
+    const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + n);
+    PrefillCompareRow r;
+    r.length = n;
+    r.continuation = opt.continuation;
+    auto timed_prefill = [&](const ForwardOptions& fo, double& best, std::vector<float>& logits) {
+      SequenceState st = model.new_sequence();
+      for (int k = 0; k < opt.repeats; ++k) {
+        st = model.new_sequence();
+        const auto t0 = std::chrono::steady_clock::now();
+        logits = model.forward(st, prompt, fo, pool);
+        const double s = seconds_since(t0);
+        best = k == 0 ? s : std::min(best, s);
+      }
+      return st;
+    };
+    std::vector<float> lf, lc;
+    SequenceState full = timed_prefill(full_opt, r.full_s, lf);
+    SequenceState ced = timed_prefill(ced_opt, r.ced_s, lc);
+    r.speedup = r.full_s / r.ced_s;
+    r.first_kl = logits_kl(lf.data(), lc.data(), V);
+    r.first_top1 = greedy(lf) == greedy(lc);
+    for (int64_t i = 0; i < V; ++i)
+      r.first_max_logit_diff = std::max(r.first_max_logit_diff, double(std::fabs(lf[size_t(i)] - lc[size_t(i)])));
+
+    // Free-running greedy text of the CED sequence (a copy: the original is teacher-forced below).
+    std::vector<int32_t> ced_text;
+    {
+      SequenceState free_run = ced;
+      std::vector<float> l = lc;
+      for (int k = 0; k < opt.continuation; ++k) {
+        ced_text.push_back(greedy(l));
+        if (k + 1 < opt.continuation) l = model.forward(free_run, {ced_text.back()}, full_opt, pool);
+      }
+    }
+    // The exact run's greedy text, fed to both sequences: per-step divergence of the distributions.
+    int agree = 0;
+    double kl_sum = 0;
+    bool prefix = true;
+    for (int k = 0; k < opt.continuation; ++k) {
+      const int32_t tok = greedy(lf);
+      const double kl = logits_kl(lf.data(), lc.data(), V);
+      kl_sum += kl;
+      r.forced_max_kl = std::max(r.forced_max_kl, kl);
+      agree += greedy(lc) == tok;
+      r.greedy_equal += ced_text[size_t(k)] == tok;
+      prefix = prefix && ced_text[size_t(k)] == tok;
+      r.greedy_prefix += prefix;
+      if (k + 1 < opt.continuation) {
+        lf = model.forward(full, {tok}, full_opt, pool);
+        lc = model.forward(ced, {tok}, full_opt, pool);
+      }
+    }
+    if (opt.continuation > 0) {
+      r.forced_mean_kl = kl_sum / opt.continuation;
+      r.forced_top1 = double(agree) / opt.continuation;
+    }
+    rows.push_back(r);
+    if (progress) progress(r);
+  }
+  return rows;
+}
+
+}  // namespace ds41
