@@ -69,19 +69,20 @@ int cmd_prefill_compare(int argc, char** argv) {
 
   if (!json)
     std::printf("full vs CED prefill: %d layers, decoder from layer %d, window %lld, %d threads\n"
-                "%8s %9s %9s %8s %10s %5s %10s %10s %7s %11s\n",
+                "%8s %9s %9s %8s %9s %9s %8s %10s %5s %10s %10s %7s %11s\n",
                 plan.n_layers, plan.decoder_start, (long long)c.window_size, pool.size(), "tokens", "full s",
-                "ced s", "speedup", "KL first", "top1", "KL mean", "KL max", "top1 %", "greedy =");
+                "ced s", "speedup", "full cpu", "ced cpu", "speedup", "KL first", "top1", "KL mean", "KL max", "top1 %",
+                "greedy =");
   auto print_row = [&](const PrefillCompareRow& r) {
     if (json) return;
-    std::printf("%8lld %9.3f %9.3f %7.2fx %10.3g %5s %10.3g %10.3g %6.1f%% %5d/%d(%d)\n", (long long)r.length, r.full_s,
-                r.ced_s, r.speedup, r.first_kl, r.first_top1 ? "yes" : "no", r.forced_mean_kl, r.forced_max_kl,
+    std::printf("%8lld %9.3f %9.3f %7.2fx %9.3f %9.3f %7.2fx %10.3g %5s %10.3g %10.3g %6.1f%% %5d/%d(%d)\n",
+                (long long)r.length, r.full_s, r.ced_s, r.speedup, r.full_cpu_s, r.ced_cpu_s, r.cpu_speedup, r.first_kl, r.first_top1 ? "yes" : "no", r.forced_mean_kl, r.forced_max_kl,
                 100.0 * r.forced_top1, r.greedy_equal, r.continuation, r.greedy_prefix);
     std::fflush(stdout);
   };
   const std::vector<PrefillCompareRow> rows = compare_prefill(*model, opt, &pool, print_row);
   if (!json) {
-    std::printf("KL: nats, KL(full || ced) of the next-token distribution; mean/max/top1 over %d teacher-forced steps; "
+    std::printf("times: wall and process CPU seconds of one prefill call; KL: nats, KL(full || ced) of the next-token distribution; mean/max/top1 over %d teacher-forced steps; "
                 "greedy = equal tokens of the free-running continuations (common prefix)\n",
                 opt.continuation);
     return 0;
@@ -99,6 +100,9 @@ int cmd_prefill_compare(int argc, char** argv) {
                             {"full_s", r.full_s},
                             {"ced_s", r.ced_s},
                             {"speedup", r.speedup},
+                            {"full_cpu_s", r.full_cpu_s},
+                            {"ced_cpu_s", r.ced_cpu_s},
+                            {"cpu_speedup", r.cpu_speedup},
                             {"first_kl", r.first_kl},
                             {"first_top1_agree", r.first_top1},
                             {"first_max_logit_diff", r.first_max_logit_diff},

@@ -64,7 +64,7 @@ std::string demo_model_dir() {
 
 int cmd_run(int argc, char** argv) {
   Args args("run", "generate tokens from a prompt of token ids",
-            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--json] [--load-session FILE] [--save-session FILE]",
+            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--prefill full|ced] [--json] [--load-session FILE] [--save-session FILE [--exact]]",
             {{"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
              {"m", "DIR", "same as --model", ""},
              {"tokens", "IDS", "comma-separated prompt token ids", "0,128803,63006,44388,305,4575"},
@@ -77,6 +77,7 @@ int cmd_run(int argc, char** argv) {
              {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
              {"load-session", "FILE", "continue a saved sequence: --tokens are appended to it", ""},
              {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
+             {"exact", "", "with --save-session: store the window rings too (restore continues bit-identically; default: compact, rings rebuilt by bounded replay)", ""},
              {"json", "", "print generated ids, the top-5 logits of each step and timings as JSON", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
@@ -105,7 +106,8 @@ int cmd_run(int argc, char** argv) {
   // A loaded session must be checked before any work: a wrong file is an error, not a new sequence.
   const std::string load_path = args.get_or("load-session", "");
   const std::string save_path = args.get_or("save-session", "");
-  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model);
+  if (args.flag("exact") && save_path.empty()) throw Error("--exact: it chooses how --save-session saves; give --save-session FILE");
+  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model, &pool, fo);
   if (st.pos + int64_t(prompt.size()) > c.max_seq_len)
     throw Error("--tokens: the sequence would be " + std::to_string(st.pos + int64_t(prompt.size())) +
                 " tokens long, more than the model's max_seq_len " + std::to_string(c.max_seq_len));
@@ -150,7 +152,7 @@ int cmd_run(int argc, char** argv) {
     if (!generated.empty() && st.pos < c.max_seq_len &&
         st.pos < start_pos + int64_t(prompt.size() + generated.size()))
       model->forward(st, {generated.back()}, fo, &pool);
-    save_session(save_path, *model, st);
+    save_session(save_path, *model, st, args.flag("exact") ? SessionKind::Exact : SessionKind::Compact);
   }
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();

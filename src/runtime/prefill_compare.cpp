@@ -5,6 +5,8 @@
 #include <cmath>
 #include <random>
 
+#include <time.h>
+
 #include "base/error.h"
 #include "model/model.h"
 
@@ -14,6 +16,13 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU time of the whole process (every thread of the pool), seconds.
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 // Lowest id among the largest logits (the greedy sampler's tie rule).
@@ -75,21 +84,24 @@ std::vector<PrefillCompareRow> compare_prefill(const Model& model, const Prefill
     PrefillCompareRow r;
     r.length = n;
     r.continuation = opt.continuation;
-    auto timed_prefill = [&](const ForwardOptions& fo, double& best, std::vector<float>& logits) {
+    auto timed_prefill = [&](const ForwardOptions& fo, double& best, double& best_cpu, std::vector<float>& logits) {
       SequenceState st = model.new_sequence();
       for (int k = 0; k < opt.repeats; ++k) {
         st = model.new_sequence();
         const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = process_cpu_s();
         logits = model.forward(st, prompt, fo, pool);
-        const double s = seconds_since(t0);
+        const double cpu = process_cpu_s() - c0, s = seconds_since(t0);
         best = k == 0 ? s : std::min(best, s);
+        best_cpu = k == 0 ? cpu : std::min(best_cpu, cpu);
       }
       return st;
     };
     std::vector<float> lf, lc;
-    SequenceState full = timed_prefill(full_opt, r.full_s, lf);
-    SequenceState ced = timed_prefill(ced_opt, r.ced_s, lc);
+    SequenceState full = timed_prefill(full_opt, r.full_s, r.full_cpu_s, lf);
+    SequenceState ced = timed_prefill(ced_opt, r.ced_s, r.ced_cpu_s, lc);
     r.speedup = r.full_s / r.ced_s;
+    r.cpu_speedup = r.full_cpu_s / r.ced_cpu_s;
     r.first_kl = logits_kl(lf.data(), lc.data(), V);
     r.first_top1 = greedy(lf) == greedy(lc);
     for (int64_t i = 0; i < V; ++i)

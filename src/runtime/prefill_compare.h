@@ -27,6 +27,10 @@ struct PrefillCompareRow {
   int64_t length = 0;
   double full_s = 0, ced_s = 0;        // prefill wall time (fastest of `repeats`)
   double speedup = 0;                  // full_s / ced_s
+  // Process CPU time of the same prefills (all threads): the work done, less sensitive than wall
+  // time to other processes sharing the machine.
+  double full_cpu_s = 0, ced_cpu_s = 0;
+  double cpu_speedup = 0;
   // First generated token: KL(full || ced) of the next-token distributions (softmax of the
   // logits, nats), whether their argmax agrees, and the largest logit difference.
   double first_kl = 0;
