@@ -207,6 +207,20 @@ TEST(BoundedReplay, WithinTheWindowRebuildsTheRingsExactly) {
     EXPECT_TRUE(same_logits(lf, lr)) << engram;
     EXPECT_TRUE(test::same_state(full, restored)) << engram;
   }
+  // Fed in chunks, the replay (one call) is exact with the corrected index-key reading.
+  const Model& m = tiny(false);
+  ForwardOptions corrected;
+  corrected.corrected_index_keys = true;
+  const auto toks = random_tokens(101, 22, m.config().vocab_size);
+  SequenceState chunked = m.new_sequence();
+  std::vector<float> lc;
+  for (size_t i = 0; i < toks.size(); i += 7)
+    lc = m.forward(chunked, std::vector<int32_t>(toks.begin() + long(i), toks.begin() + long(std::min(toks.size(), i + 7))),
+                   corrected, &pool());
+  SequenceState restored = chunked;
+  clear_rings(restored);
+  EXPECT_TRUE(same_logits(lc, m.replay_window(restored, corrected, &pool())));
+  EXPECT_TRUE(test::same_state(chunked, restored));
 }
 
 TEST(BoundedReplay, BeyondTheWindowKeepsTheGlobalCachesAndNeedsOnlyTheLastTokens) {

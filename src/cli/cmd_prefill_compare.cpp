@@ -38,11 +38,12 @@ std::vector<int32_t> read_token_file(const std::string& path, int64_t vocab) {
 }  // namespace
 
 int cmd_prefill_compare(int argc, char** argv) {
-  Args args("bench-prefill", "compare full and CED prefill: speedup and divergence of the next tokens",
-            "ds41 bench-prefill -m DIR [--lengths 256,1024,4096] [--tokens-file FILE] [--continuation N] [--repeats N] [--json]",
+  Args args("bench-prefill", "compare full and CED prefill (and compact-session restores): speed and next-token divergence",
+            "ds41 bench-prefill -m DIR [--lengths 256,1024,4096] [--compare ced,replay] [--tokens-file FILE] [--continuation N] [--repeats N] [--json]",
             {{"model", "DIR", "checkpoint directory", ""},
              {"m", "DIR", "same as --model", ""},
              {"lengths", "LIST", "prompt lengths", "256,1024,4096"},
+             {"compare", "LIST", "what to compare with the full prefill: ced (CED prefill), replay (compact session saved and restored by bounded replay)", "ced"},
              {"tokens-file", "FILE", "prompt token ids (comma/whitespace separated; the first N make a prompt of N)", ""},
              {"seed", "N", "seed of the random prompt (without --tokens-file)", "1"},
              {"continuation", "N", "generated tokens compared after each prompt", "32"},
@@ -59,6 +60,14 @@ int cmd_prefill_compare(int argc, char** argv) {
   opt.continuation = int(args.get_int("continuation", 32));
   opt.repeats = int(args.get_int("repeats", 1));
   opt.corrected_index_keys = args.flag("corrected-index-keys");
+  opt.ced = false;
+  std::stringstream compare(args.get_or("compare", "ced"));
+  for (std::string item; std::getline(compare, item, ',');) {
+    if (item == "ced") opt.ced = true;
+    else if (item == "replay") opt.session_replay = true;
+    else throw Error("--compare: unknown item '" + item + "' (expected ced and/or replay)");
+  }
+  if (!opt.ced && !opt.session_replay) throw Error("--compare: nothing to compare (give ced and/or replay)");
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   auto model = Model::load(dir);
   const ModelConfig& c = model->config();
@@ -67,26 +76,49 @@ int cmd_prefill_compare(int argc, char** argv) {
   if (!token_file.empty()) opt.tokens = read_token_file(token_file, c.vocab_size);
   const bool json = args.flag("json");
 
+  auto div_text = [](const Divergence& d, int n) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%10.3g %5s %10.3g %10.3g %6.1f%% %5d/%d(%d)", d.first_kl, d.first_top1 ? "yes" : "no",
+                  d.forced_mean_kl, d.forced_max_kl, 100.0 * d.forced_top1, d.greedy_equal, n, d.greedy_prefix);
+    return std::string(buf);
+  };
   if (!json)
-    std::printf("full vs CED prefill: %d layers, decoder from layer %d, window %lld, %d threads\n"
-                "%8s %9s %9s %8s %9s %9s %8s %10s %5s %10s %10s %7s %11s\n",
-                plan.n_layers, plan.decoder_start, (long long)c.window_size, pool.size(), "tokens", "full s",
-                "ced s", "speedup", "full cpu", "ced cpu", "speedup", "KL first", "top1", "KL mean", "KL max", "top1 %",
+    std::printf("full vs %s: %d layers, decoder from layer %d, window %lld, %d threads\n"
+                "%8s %-7s %9s %9s %8s %9s %9s %8s %10s %5s %10s %10s %7s %11s\n",
+                opt.ced && opt.session_replay ? "CED prefill / compact-session restore"
+                : opt.ced                     ? "CED prefill"
+                                              : "compact-session restore",
+                plan.n_layers, plan.decoder_start, (long long)c.window_size, pool.size(), "tokens", "what", "full s",
+                "other s", "speedup", "full cpu", "ced cpu", "speedup", "KL first", "top1", "KL mean", "KL max", "top1 %",
                 "greedy =");
   auto print_row = [&](const PrefillCompareRow& r) {
     if (json) return;
-    std::printf("%8lld %9.3f %9.3f %7.2fx %9.3f %9.3f %7.2fx %10.3g %5s %10.3g %10.3g %6.1f%% %5d/%d(%d)\n",
-                (long long)r.length, r.full_s, r.ced_s, r.speedup, r.full_cpu_s, r.ced_cpu_s, r.cpu_speedup, r.first_kl, r.first_top1 ? "yes" : "no", r.forced_mean_kl, r.forced_max_kl,
-                100.0 * r.forced_top1, r.greedy_equal, r.continuation, r.greedy_prefix);
+    if (opt.ced)
+      std::printf("%8lld %-7s %9.3f %9.3f %7.2fx %9.3f %9.3f %7.2fx %s\n", (long long)r.length, "ced", r.full_s, r.ced_s,
+                  r.speedup, r.full_cpu_s, r.ced_cpu_s, r.cpu_speedup, div_text(r.ced, r.continuation).c_str());
+    if (opt.session_replay)
+      std::printf("%8lld %-7s %9.3f %9.3f %8s %9s %9s %8s %s\n", (long long)r.length, "replay", r.full_s, r.restore_s, "",
+                  "", "", "", div_text(r.replay, r.continuation).c_str());
     std::fflush(stdout);
   };
   const std::vector<PrefillCompareRow> rows = compare_prefill(*model, opt, &pool, print_row);
   if (!json) {
-    std::printf("times: wall and process CPU seconds of one prefill call; KL: nats, KL(full || ced) of the next-token distribution; mean/max/top1 over %d teacher-forced steps; "
-                "greedy = equal tokens of the free-running continuations (common prefix)\n",
+    std::printf("times: wall and process CPU seconds of one prefill call (replay: reading the session + bounded "
+                "replay); KL: nats, KL(full || other) of the next-token distribution; mean/max/top1 over %d "
+                "teacher-forced steps; greedy = equal tokens of the free-running continuations (common prefix)\n",
                 opt.continuation);
     return 0;
   }
+  auto div_json = [](const Divergence& d) {
+    return nlohmann::json{{"first_kl", d.first_kl},
+                          {"first_top1_agree", d.first_top1},
+                          {"first_max_logit_diff", d.first_max_logit_diff},
+                          {"forced_mean_kl", d.forced_mean_kl},
+                          {"forced_max_kl", d.forced_max_kl},
+                          {"forced_top1_agree", d.forced_top1},
+                          {"greedy_equal", d.greedy_equal},
+                          {"greedy_common_prefix", d.greedy_prefix}};
+  };
   nlohmann::json j;
   j["model"] = dir;
   j["layers"] = plan.n_layers;
@@ -94,24 +126,26 @@ int cmd_prefill_compare(int argc, char** argv) {
   j["window"] = c.window_size;
   j["threads"] = pool.size();
   j["prompt"] = token_file.empty() ? "random" : token_file;
+  j["continuation"] = opt.continuation;
   j["results"] = nlohmann::json::array();
-  for (const PrefillCompareRow& r : rows)
-    j["results"].push_back({{"tokens", r.length},
-                            {"full_s", r.full_s},
-                            {"ced_s", r.ced_s},
-                            {"speedup", r.speedup},
-                            {"full_cpu_s", r.full_cpu_s},
-                            {"ced_cpu_s", r.ced_cpu_s},
-                            {"cpu_speedup", r.cpu_speedup},
-                            {"first_kl", r.first_kl},
-                            {"first_top1_agree", r.first_top1},
-                            {"first_max_logit_diff", r.first_max_logit_diff},
-                            {"forced_mean_kl", r.forced_mean_kl},
-                            {"forced_max_kl", r.forced_max_kl},
-                            {"forced_top1_agree", r.forced_top1},
-                            {"greedy_equal", r.greedy_equal},
-                            {"greedy_common_prefix", r.greedy_prefix},
-                            {"continuation", r.continuation}});
+  for (const PrefillCompareRow& r : rows) {
+    nlohmann::json row = {{"tokens", r.length}, {"full_s", r.full_s}, {"full_cpu_s", r.full_cpu_s}};
+    if (opt.ced) {
+      nlohmann::json ced = div_json(r.ced);
+      ced["s"] = r.ced_s;
+      ced["cpu_s"] = r.ced_cpu_s;
+      ced["speedup"] = r.speedup;
+      ced["cpu_speedup"] = r.cpu_speedup;
+      row["ced"] = ced;
+    }
+    if (opt.session_replay) {
+      nlohmann::json rep = div_json(r.replay);
+      rep["restore_s"] = r.restore_s;
+      rep["session_bytes"] = r.session_bytes;
+      row["replay"] = rep;
+    }
+    j["results"].push_back(row);
+  }
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }

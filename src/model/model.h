@@ -102,9 +102,11 @@ class Model {
 
   // Rebuilds every layer's window ring of a sequence whose global caches are complete but whose
   // rings are not (a compact session): re-runs its last min(window_size, pos) tokens — which the
-  // state's history must hold — as a bounded replay (model/replay.cpp). Exact when pos <= window;
-  // beyond, the first replayed positions see a truncated window. Returns the last position's
-  // logits. `opt` supplies the numerics options (corrected_index_keys).
+  // state's history must hold — as a bounded replay (model/replay.cpp). When pos <= window the
+  // replay recomputes the rings exactly (with the reference's index-key reading only if the
+  // sequence was fed in one call: that reading depends on the call pattern); beyond, the first
+  // replayed positions see a truncated window. Returns the last position's logits. `opt` supplies
+  // the numerics options (corrected_index_keys).
   std::vector<float> replay_window(SequenceState& state, const ForwardOptions& opt, ThreadPool* pool) const;
 
  private:

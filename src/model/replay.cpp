@@ -4,8 +4,10 @@
 // not run, so the persisted caches are neither recomputed nor overwritten (their RoPE phases stay
 // those of the original positions), and each layer's window starts at the replay start s — a query
 // at i sees window positions max(s, i-W+1) .. i. Exact when the sequence is no longer than the
-// window (the replay then starts at 0); otherwise the oldest replayed positions saw a short window,
-// which decoding pushes out of the ring within window_size steps.
+// window (the replay then starts at 0) — with the reference's index-key reading only if the
+// sequence was fed in one call, since which keys a ratio-2 indexer reads there depends on the
+// calls; otherwise the oldest replayed positions saw a short window, which decoding pushes out of
+// the ring within window_size steps.
 #include <algorithm>
 
 #include "base/error.h"

@@ -1,14 +1,18 @@
 #include "runtime/prefill_compare.h"
 
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <random>
-
-#include <time.h>
 
 #include "base/error.h"
 #include "model/model.h"
+#include "runtime/session.h"
 
 namespace ds41 {
 
@@ -41,6 +45,71 @@ std::vector<double> log_softmax(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(x[i]) - lse;
   return out;
 }
+
+// Compares `other` (logits lo) with the exact sequence `exact` (logits le) over `steps` generated
+// tokens; both states are copies and are advanced.
+Divergence compare_continuations(const Model& model, SequenceState exact, std::vector<float> le, SequenceState other,
+                                 std::vector<float> lo, int steps, const ForwardOptions& fo, ThreadPool* pool) {
+  Divergence d;
+  const int64_t V = int64_t(le.size());
+  d.first_kl = logits_kl(le.data(), lo.data(), V);
+  d.first_top1 = greedy(le) == greedy(lo);
+  for (int64_t i = 0; i < V; ++i)
+    d.first_max_logit_diff = std::max(d.first_max_logit_diff, double(std::fabs(le[size_t(i)] - lo[size_t(i)])));
+  // Free-running greedy text of the other sequence (on a copy: the original is teacher-forced below).
+  std::vector<int32_t> text;
+  {
+    SequenceState free_run = other;
+    std::vector<float> l = lo;
+    for (int k = 0; k < steps; ++k) {
+      text.push_back(greedy(l));
+      if (k + 1 < steps) l = model.forward(free_run, {text.back()}, fo, pool);
+    }
+  }
+  // The exact run's greedy text, fed to both: per-step divergence of the distributions.
+  int agree = 0;
+  double kl_sum = 0;
+  bool prefix = true;
+  for (int k = 0; k < steps; ++k) {
+    const int32_t tok = greedy(le);
+    const double kl = logits_kl(le.data(), lo.data(), V);
+    kl_sum += kl;
+    d.forced_max_kl = std::max(d.forced_max_kl, kl);
+    agree += greedy(lo) == tok;
+    d.greedy_equal += text[size_t(k)] == tok;
+    prefix = prefix && text[size_t(k)] == tok;
+    d.greedy_prefix += prefix;
+    if (k + 1 < steps) {
+      le = model.forward(exact, {tok}, fo, pool);
+      lo = model.forward(other, {tok}, fo, pool);
+    }
+  }
+  if (steps > 0) {
+    d.forced_mean_kl = kl_sum / steps;
+    d.forced_top1 = double(agree) / steps;
+  }
+  return d;
+}
+
+// A session file in the temp directory, removed when the object dies.
+class TempSessionFile {
+ public:
+  TempSessionFile() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ds41-session-XXXXXX").string();
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) throw Error("prefill comparison: cannot create a temporary session file");
+    ::close(fd);
+    path_ = tmpl;
+  }
+  ~TempSessionFile() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace
 
@@ -76,7 +145,6 @@ std::vector<PrefillCompareRow> compare_prefill(const Model& model, const Prefill
   full_opt.corrected_index_keys = opt.corrected_index_keys;
   ForwardOptions ced_opt = full_opt;
   ced_opt.prefill = PrefillMode::Ced;
-  const int64_t V = c.vocab_size;
 
   std::vector<PrefillCompareRow> rows;
   for (int64_t n : opt.lengths) {
@@ -97,47 +165,24 @@ std::vector<PrefillCompareRow> compare_prefill(const Model& model, const Prefill
       }
       return st;
     };
-    std::vector<float> lf, lc;
-    SequenceState full = timed_prefill(full_opt, r.full_s, r.full_cpu_s, lf);
-    SequenceState ced = timed_prefill(ced_opt, r.ced_s, r.ced_cpu_s, lc);
-    r.speedup = r.full_s / r.ced_s;
-    r.cpu_speedup = r.full_cpu_s / r.ced_cpu_s;
-    r.first_kl = logits_kl(lf.data(), lc.data(), V);
-    r.first_top1 = greedy(lf) == greedy(lc);
-    for (int64_t i = 0; i < V; ++i)
-      r.first_max_logit_diff = std::max(r.first_max_logit_diff, double(std::fabs(lf[size_t(i)] - lc[size_t(i)])));
-
-    // Free-running greedy text of the CED sequence (a copy: the original is teacher-forced below).
-    std::vector<int32_t> ced_text;
-    {
-      SequenceState free_run = ced;
-      std::vector<float> l = lc;
-      for (int k = 0; k < opt.continuation; ++k) {
-        ced_text.push_back(greedy(l));
-        if (k + 1 < opt.continuation) l = model.forward(free_run, {ced_text.back()}, full_opt, pool);
-      }
+    std::vector<float> lf;
+    const SequenceState full = timed_prefill(full_opt, r.full_s, r.full_cpu_s, lf);
+    if (opt.ced) {
+      std::vector<float> lc;
+      SequenceState ced = timed_prefill(ced_opt, r.ced_s, r.ced_cpu_s, lc);
+      r.speedup = r.full_s / r.ced_s;
+      r.cpu_speedup = r.full_cpu_s / r.ced_cpu_s;
+      r.ced = compare_continuations(model, full, lf, std::move(ced), std::move(lc), opt.continuation, full_opt, pool);
     }
-    // The exact run's greedy text, fed to both sequences: per-step divergence of the distributions.
-    int agree = 0;
-    double kl_sum = 0;
-    bool prefix = true;
-    for (int k = 0; k < opt.continuation; ++k) {
-      const int32_t tok = greedy(lf);
-      const double kl = logits_kl(lf.data(), lc.data(), V);
-      kl_sum += kl;
-      r.forced_max_kl = std::max(r.forced_max_kl, kl);
-      agree += greedy(lc) == tok;
-      r.greedy_equal += ced_text[size_t(k)] == tok;
-      prefix = prefix && ced_text[size_t(k)] == tok;
-      r.greedy_prefix += prefix;
-      if (k + 1 < opt.continuation) {
-        lf = model.forward(full, {tok}, full_opt, pool);
-        lc = model.forward(ced, {tok}, full_opt, pool);
-      }
-    }
-    if (opt.continuation > 0) {
-      r.forced_mean_kl = kl_sum / opt.continuation;
-      r.forced_top1 = double(agree) / opt.continuation;
+    if (opt.session_replay) {
+      TempSessionFile file;
+      save_session(file.path(), model, full, SessionKind::Compact);
+      r.session_bytes = int64_t(std::filesystem::file_size(file.path()));
+      std::vector<float> lr;
+      const auto t0 = std::chrono::steady_clock::now();
+      SequenceState restored = load_session(file.path(), model, pool, full_opt, &lr);
+      r.restore_s = seconds_since(t0);
+      r.replay = compare_continuations(model, full, lf, std::move(restored), std::move(lr), opt.continuation, full_opt, pool);
     }
     rows.push_back(r);
     if (progress) progress(r);

@@ -384,7 +384,7 @@ void save_session(const std::string& path, const Model& model, const SequenceSta
 }
 
 SequenceState load_session(const std::string& path, const Model& model, ThreadPool* pool,
-                           const ForwardOptions& replay_options) {
+                           const ForwardOptions& replay_options, std::vector<float>* replay_logits) {
   const std::vector<uint8_t> bytes = read_whole_file(path);
 
   // Header checks come in the order that gives the most useful message: what the file is, which
@@ -424,7 +424,9 @@ SequenceState load_session(const std::string& path, const Model& model, ThreadPo
   SequenceState st = exact ? get_exact_body(r, path, model, version) : get_compact_body(r, path, model);
   if (r.remaining() != 0)
     throw Error(path + ": session is inconsistent: " + std::to_string(r.remaining()) + " unused bytes after the data");
-  if (!exact && st.pos > 0) model.replay_window(st, replay_options, pool);
+  std::vector<float> logits;
+  if (!exact && st.pos > 0) logits = model.replay_window(st, replay_options, pool);
+  if (replay_logits) *replay_logits = std::move(logits);
   return st;
 }
 

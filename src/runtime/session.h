@@ -9,8 +9,9 @@
 //   length-proportional part: ModelPlan::kv_bytes_per_token per token, 890 B on the release),
 //   the compressors' partial groups, the counters, the last window_size tokens and the Engram
 //   look-back before them. The window rings are rebuilt on load by a bounded replay of the last
-//   window (Model::replay_window): exact for sequences no longer than the window, approximate
-//   beyond (the oldest ring entries saw a truncated window; decoding pushes them out).
+//   window (Model::replay_window): exact for sequences no longer than the window (fed in one
+//   call, or with corrected index keys), approximate beyond (the oldest ring entries saw a
+//   truncated window; decoding pushes them out). Sampler penalties see only the kept tokens.
 //   The DSpark draft rings are not stored either and must be rebuilt after a restore.
 //
 // File layout (all integers little-endian):
@@ -32,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/model.h"
@@ -61,8 +63,9 @@ void save_session(const std::string& path, const Model& model, const SequenceSta
 // Reads and fully validates a session for `model`; throws ds41::Error naming the file and the
 // problem (not a session, newer version, another model, truncated, corrupt, inconsistent). A
 // compact session's rings are rebuilt by a bounded replay on `pool` with `replay_options`'
-// numerics (corrected_index_keys).
+// numerics (corrected_index_keys); `replay_logits` (if set) receives the replay's logits of the
+// last position (left empty for an exact session, which has none).
 SequenceState load_session(const std::string& path, const Model& model, ThreadPool* pool = nullptr,
-                           const ForwardOptions& replay_options = {});
+                           const ForwardOptions& replay_options = {}, std::vector<float>* replay_logits = nullptr);
 
 }  // namespace ds41

@@ -221,21 +221,29 @@ TEST(Cli, BenchPrefillComparesFullAndCed) {
     f << long_prompt(150) << "\n";
   }
   auto r = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 100,150 --continuation 4 --threads 2 "
-                    "--json --tokens-file " + tmp.path() + "/prompt.txt");
+                    "--compare ced,replay --json --tokens-file " + tmp.path() + "/prompt.txt");
   ASSERT_EQ(r.status, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["results"].size(), 2u);
   EXPECT_EQ(j["decoder_start"], 4);
-  // Within the window CED is the full prefill: no divergence at all.
+  // Within the window CED is the full prefill and a compact restore is exact: no divergence.
   const auto& within = j["results"][0];
   EXPECT_EQ(within["tokens"], 100);
-  EXPECT_EQ(within["first_kl"], 0.0);
-  EXPECT_EQ(within["forced_max_kl"], 0.0);
-  EXPECT_EQ(within["greedy_equal"], 4);
+  for (const char* what : {"ced", "replay"}) {
+    EXPECT_EQ(within[what]["first_kl"], 0.0) << what;
+    EXPECT_EQ(within[what]["forced_max_kl"], 0.0) << what;
+    EXPECT_EQ(within[what]["greedy_equal"], 4) << what;
+  }
   const auto& beyond = j["results"][1];
-  EXPECT_GT(beyond["first_max_logit_diff"].get<double>(), 0.0);
-  EXPECT_GE(beyond["forced_mean_kl"].get<double>(), 0.0);
-  EXPECT_GT(beyond["ced_s"].get<double>(), 0.0);
+  for (const char* what : {"ced", "replay"}) {
+    EXPECT_GT(beyond[what]["first_max_logit_diff"].get<double>(), 0.0) << what;
+    EXPECT_GE(beyond[what]["forced_mean_kl"].get<double>(), 0.0) << what;
+  }
+  EXPECT_GT(beyond["ced"]["s"].get<double>(), 0.0);
+  EXPECT_GT(beyond["replay"]["session_bytes"].get<int64_t>(), 0);
+  auto bad = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --compare exact");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("expected ced and/or replay"), std::string::npos) << bad.err;
   // Lengths the model cannot hold, or more than the prompt file gives, are errors.
   auto big = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 5000 --json");
   EXPECT_EQ(big.status, 1);
