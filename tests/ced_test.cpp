@@ -193,7 +193,7 @@ TEST(CedPrefill, RefusesWhatANarrowedCallCannotGive) {
   o = ced_options();
   o.bounded_replay = true;
   EXPECT_THROW(m.forward(st, prompt, o, &pool()), Error);
-  EXPECT_EQ(st.pos, 0);
+  EXPECT_TRUE(test::same_state(st, m.new_sequence()));  // refused calls change nothing
 }
 
 TEST(BoundedReplay, WithinTheWindowRebuildsTheRingsExactly) {
@@ -256,7 +256,9 @@ TEST(BoundedReplay, BeyondTheWindowKeepsTheGlobalCachesAndNeedsOnlyTheLastTokens
   short_history.history_start += drop;
   short_history.token_history.erase(short_history.token_history.begin(), short_history.token_history.begin() + drop);
   short_history.engram_history.erase(short_history.engram_history.begin(), short_history.engram_history.begin() + drop);
+  const SequenceState before = short_history;
   EXPECT_THROW(m.forward(short_history, {5}, {}, &pool()), Error);
+  EXPECT_TRUE(test::same_state(short_history, before));
 }
 
 TEST(BoundedReplay, RefusesCachesThatDoNotEndWhereTheReplayEnds) {
@@ -265,7 +267,9 @@ TEST(BoundedReplay, RefusesCachesThatDoNotEndWhereTheReplayEnds) {
   m.forward(st, random_tokens(40, 41, m.config().vocab_size), {}, &pool());
   ForwardOptions o;
   o.bounded_replay = true;
+  const SequenceState before = st;
   EXPECT_THROW(m.forward(st, {7, 8}, o, &pool()), Error);  // the caches stop at 40, the call at 42
+  EXPECT_TRUE(test::same_state(st, before));
   SequenceState empty = m.new_sequence();
   EXPECT_THROW(m.replay_window(empty, {}, &pool()), Error);
 }

@@ -30,14 +30,14 @@ void keep_last_rows(std::vector<T>& v, int rows, int keep) {
 
 }  // namespace
 
-bool ced_narrows(const ForwardContext& ctx) {
-  if (ctx.opt.prefill != PrefillMode::Ced) return false;
-  if (ctx.opt.bounded_replay) throw Error("forward: a bounded replay runs every layer; it cannot also be a CED prefill");
-  if (ctx.S <= ctx.cfg.window_size || ctx.plan.decoder_start >= ctx.plan.n_layers) return false;
-  if (ctx.opt.all_logits)
+bool ced_narrows(const ModelConfig& c, const ModelPlan& plan, const ForwardOptions& opt, int S, const ForwardHooks* hooks) {
+  if (opt.prefill != PrefillMode::Ced) return false;
+  if (opt.bounded_replay) throw Error("forward: a bounded replay runs every layer; it cannot also be a CED prefill");
+  if (S <= c.window_size || plan.decoder_start >= plan.n_layers) return false;
+  if (opt.all_logits)
     throw Error("forward: a CED prefill of more than window_size tokens computes the last position's logits only "
                 "(every position's logits need a full prefill)");
-  if (ctx.hooks)
+  if (hooks)
     throw Error("forward: per-position hooks observe every position of every layer; a CED prefill of more than "
                 "window_size tokens skips the decoder for most of them (use a full prefill)");
   return true;

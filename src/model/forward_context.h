@@ -41,13 +41,16 @@ struct ForwardContext {
   int64_t pos(int s) const { return start + s; }
 };
 
-// Starts a bounded replay (ForwardOptions::bounded_replay, replay.cpp): checks that the global
-// caches end where the call ends, starts every layer's window at the call's first position and
-// marks the caches ready. Throws ds41::Error otherwise.
+// Bounded replay (ForwardOptions::bounded_replay, replay.cpp): the check, before the call changes
+// anything (the global caches must end where the call, ending at `end`, ends; ds41::Error
+// otherwise), then the start: every layer's window starts at the call's first position and the
+// caches are marked ready.
+void check_bounded_replay(const ModelPlan& plan, const SequenceState& state, int64_t end);
 void begin_bounded_replay(ForwardContext& ctx);
-// Whether this call is a CED prefill that narrows to the window at the decoder (ced.cpp); throws
-// ds41::Error for what a narrowed call cannot give (every position's logits, per-position hooks).
-bool ced_narrows(const ForwardContext& ctx);
+// Whether a call of S tokens is a CED prefill that narrows to the window at the decoder (ced.cpp);
+// throws ds41::Error for what a narrowed call cannot give (every position's logits, per-position
+// hooks) or for CED combined with a bounded replay.
+bool ced_narrows(const ModelConfig& c, const ModelPlan& plan, const ForwardOptions& opt, int S, const ForwardHooks* hooks);
 // CED prefill (ced.cpp) at the first decoder layer `lp`, after its Engram: runs the layer's
 // compressor over every row of the call, then narrows the call to its last window_size rows —
 // X [S][hc][dim], a_in [S][hc], engram_ids [S][...] and text_mask [S] (both may be empty) keep

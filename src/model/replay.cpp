@@ -16,17 +16,20 @@
 
 namespace ds41 {
 
-void begin_bounded_replay(ForwardContext& ctx) {
-  const int64_t end = ctx.start + ctx.S;
-  for (const LayerPlan& lp : ctx.plan.layers) {
-    if (lp.is_dspark) continue;
-    LayerState& ls = ctx.state.layers[size_t(lp.id)];
-    if (lp.kv_source && lp.ratio > 0 && ls.entries != end / lp.ratio)
+void check_bounded_replay(const ModelPlan& plan, const SequenceState& state, int64_t end) {
+  for (const LayerPlan& lp : plan.layers) {
+    if (lp.is_dspark || !lp.kv_source || lp.ratio <= 0) continue;
+    const LayerState& ls = state.layers[size_t(lp.id)];
+    if (ls.entries != end / lp.ratio)
       throw Error("bounded replay: layer " + std::to_string(lp.id) + " holds " + std::to_string(ls.entries) +
                   " compressed entries, but a replay ending at position " + std::to_string(end) + " needs " +
                   std::to_string(end / lp.ratio) + " (the global caches must end where the replay ends)");
-    ls.ring_start = ctx.start;
   }
+}
+
+void begin_bounded_replay(ForwardContext& ctx) {
+  for (const LayerPlan& lp : ctx.plan.layers)
+    if (!lp.is_dspark) ctx.state.layers[size_t(lp.id)].ring_start = ctx.start;
   ctx.global_cache_ready = true;
 }
 

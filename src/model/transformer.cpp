@@ -73,6 +73,9 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   if (image_mask && int(image_mask->size()) != S) throw Error("forward: image mask length differs from the token count");
   if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos - state.history_start : 0))
     throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
+  // Checks that change nothing come before anything is written to the state.
+  if (opt.bounded_replay) check_bounded_replay(plan_, state, state.pos + S);
+  const bool ced = ced_narrows(c, plan_, opt, S, hooks);
 
   // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
   // is written first, so the call's own earlier tokens are n-gram context.
@@ -85,8 +88,13 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                                                                             : int64_t(compressed_vocab_[size_t(tokens[size_t(s)])]));
     engram_cols = engram_hash_->columns;
     engram_ids.resize(size_t(S) * engram_hash_->n_layers * engram_cols);
-    engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data(),
-                          state.history_start);
+    try {
+      engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data(),
+                            state.history_start);
+    } catch (...) {  // leave the state as it was
+      state.engram_history.resize(size_t(state.pos - state.history_start));
+      throw;
+    }
     if (image_mask)
       for (uint8_t m : *image_mask) text_mask.push_back(m ? 0 : 1);
   }
@@ -97,7 +105,6 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   ctx.S = S;
   ctx.topk.resize(plan_.layers.size());
   if (opt.bounded_replay) begin_bounded_replay(ctx);
-  const bool ced = ced_narrows(ctx);
 
   const int hc = c.hc_mult;
   const int64_t D = c.dim;
