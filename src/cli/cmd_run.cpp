@@ -70,9 +70,11 @@ int cmd_run(int argc, char** argv) {
       {"tokens", "IDS", "comma-separated prompt token ids instead of -p (prints ids)", ""},
       {"max-tokens", "N", "tokens to generate", "256"},
       {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
+      {"prefill", "MODE", "full (exact) or ced: a call longer than the window runs the decoder layers over its last window only", "full"},
       {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
       {"load-session", "FILE", "continue a saved sequence: the prompt is appended to it", ""},
       {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
+      {"exact", "", "with --save-session: store the window rings too (restore continues bit-identically; default: compact, rings rebuilt by bounded replay)", ""},
       {"json", "", "print the result (text parts or ids, per-step top-5 logits for --tokens, timings) as JSON", ""},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs()) specs.push_back(s);
@@ -106,11 +108,13 @@ int cmd_run(int argc, char** argv) {
   const ModelConfig& c = model->config();
   ForwardOptions fo;
   fo.corrected_index_keys = args.flag("corrected-index-keys");
+  fo.prefill = parse_prefill_mode(args.get_or("prefill", "full"));
 
   // A loaded session must be checked before any work: a wrong file is an error, not a new sequence.
   const std::string load_path = args.get_or("load-session", "");
   const std::string save_path = args.get_or("save-session", "");
-  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model);
+  if (args.flag("exact") && save_path.empty()) throw Error("--exact: it chooses how --save-session saves; give --save-session FILE");
+  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model, &pool, fo);
   const int64_t start_pos = st.pos;
 
   // The prompt ids.
@@ -189,7 +193,7 @@ int cmd_run(int argc, char** argv) {
   if (!save_path.empty()) {
     // Everything printed goes into the saved sequence, so --load-session continues after it.
     gen.commit_pending();
-    save_session(save_path, *model, gen.state());
+    save_session(save_path, *model, gen.state(), args.flag("exact") ? SessionKind::Exact : SessionKind::Compact);
   }
   json timing = {{"load_s", load_s},
                  {"prompt_tokens", int64_t(prompt.size())},

@@ -16,5 +16,6 @@ int cmd_chat(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_prefill_compare(int argc, char** argv);
 
 }  // namespace ds41::cli

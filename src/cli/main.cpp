@@ -29,6 +29,7 @@ const Command kCommands[] = {
     {"detokenize", ds41::cli::cmd_detokenize, "print the text of token ids"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
     {"bench", ds41::cli::cmd_bench, "measure bandwidth, FMA peak, prefill/decode speed and their efficiencies"},
+    {"bench-prefill", ds41::cli::cmd_prefill_compare, "compare full and CED prefill (speed, next-token divergence)"},
 };
 
 void print_usage(FILE* f) {

@@ -146,7 +146,7 @@ TurnResult Conversation::ask(const std::string& user_text, const GenerationLimit
 void Conversation::save(const std::string& path) {
   if (!gen_) throw Error("nothing to save yet: the conversation is empty");
   gen_->commit_pending();
-  save_session(path, model_, gen_->state());
+  save_session(path, model_, gen_->state(), SessionKind::Exact);  // a chat continues bit-identically
   ojson j = {{"format", "ds41-chat"},
              {"version", 1},
              {"system", system_},

@@ -170,6 +170,90 @@ TEST(Cli, RunSavesAndContinuesASession) {
   EXPECT_NE(bad.err.find("truncated"), std::string::npos) << bad.err;
 }
 
+// Comma-separated ids of a deterministic prompt longer than the window.
+std::string long_prompt(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string((int64_t(i) * 7919 + 13) % 129280);
+  return s;
+}
+
+TEST(Cli, RunSavesExactAndCompactSessionsOfALongSequence) {
+  const std::string m = "-m " + test::tiny_model_dir(true) + " --threads 2";
+  test::TempDir tmp;
+  const std::string prompt = long_prompt(150);
+  auto e = run_ds41("run " + m + " --tokens " + prompt + " --max-tokens 2 --save-session " + tmp.path() + "/e --exact");
+  ASSERT_EQ(e.status, 0) << e.err;
+  auto c = run_ds41("run " + m + " --tokens " + prompt + " --max-tokens 2 --save-session " + tmp.path() + "/c");
+  ASSERT_EQ(c.status, 0) << c.err;
+  ASSERT_EQ(c.out, e.out);
+  const std::string g = e.out.substr(0, e.out.find('\n'));
+  // Exact: the continuation equals running the whole sequence at once.
+  auto full = run_ds41("run " + m + " --tokens " + prompt + "," + g + ",7 --max-tokens 4");
+  auto cont = run_ds41("run " + m + " --load-session " + tmp.path() + "/e --tokens 7 --max-tokens 4");
+  ASSERT_EQ(cont.status, 0) << cont.err;
+  EXPECT_EQ(cont.out, full.out);
+  // Compact: restored by bounded replay (approximate beyond the window), and much smaller.
+  auto approx = run_ds41("run " + m + " --load-session " + tmp.path() + "/c --tokens 7 --max-tokens 4 --json");
+  ASSERT_EQ(approx.status, 0) << approx.err;
+  EXPECT_EQ(nlohmann::json::parse(approx.out)["generated"].size(), 4u);
+  EXPECT_LT(std::filesystem::file_size(tmp.path() + "/c") * 2, std::filesystem::file_size(tmp.path() + "/e"));
+  auto bad = run_ds41("run " + m + " --tokens 1 --exact");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("--save-session"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, RunCedPrefillWithinTheWindowEqualsFull) {
+  const std::string m = "-m " + test::tiny_model_dir(false) + " --threads 2 --max-tokens 3";
+  const std::string prompt = long_prompt(100);
+  auto full = run_ds41("run " + m + " --tokens " + prompt);
+  auto ced = run_ds41("run " + m + " --tokens " + prompt + " --prefill ced");
+  ASSERT_EQ(ced.status, 0) << ced.err;
+  EXPECT_EQ(ced.out, full.out);
+  auto bad = run_ds41("run " + m + " --tokens 1 --prefill fast");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("expected full or ced"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, BenchPrefillComparesFullAndCed) {
+  test::TempDir tmp;
+  {
+    std::ofstream f(tmp / "prompt.txt");
+    f << long_prompt(150) << "\n";
+  }
+  auto r = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 100,150 --continuation 4 --threads 2 "
+                    "--compare ced,replay --json --tokens-file " + tmp.path() + "/prompt.txt");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_EQ(j["decoder_start"], 4);
+  // Within the window CED is the full prefill and a compact restore is exact: no divergence.
+  const auto& within = j["results"][0];
+  EXPECT_EQ(within["tokens"], 100);
+  for (const char* what : {"ced", "replay"}) {
+    EXPECT_EQ(within[what]["first_kl"], 0.0) << what;
+    EXPECT_EQ(within[what]["forced_max_kl"], 0.0) << what;
+    EXPECT_EQ(within[what]["greedy_equal"], 4) << what;
+  }
+  const auto& beyond = j["results"][1];
+  for (const char* what : {"ced", "replay"}) {
+    EXPECT_GT(beyond[what]["first_max_logit_diff"].get<double>(), 0.0) << what;
+    EXPECT_GE(beyond[what]["forced_mean_kl"].get<double>(), 0.0) << what;
+  }
+  EXPECT_GT(beyond["ced"]["s"].get<double>(), 0.0);
+  EXPECT_GT(beyond["replay"]["session_bytes"].get<int64_t>(), 0);
+  auto bad = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --compare exact");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("expected ced and/or replay"), std::string::npos) << bad.err;
+  // Lengths the model cannot hold, or more than the prompt file gives, are errors.
+  auto big = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 5000 --json");
+  EXPECT_EQ(big.status, 1);
+  EXPECT_NE(big.err.find("max_seq_len"), std::string::npos) << big.err;
+  auto short_file = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 200 --tokens-file " +
+                             tmp.path() + "/prompt.txt");
+  EXPECT_EQ(short_file.status, 1);
+  EXPECT_NE(short_file.err.find("fewer than the longest length"), std::string::npos) << short_file.err;
+}
+
 TEST(Cli, EngramBenchReportsRowsPerTokenOfThePlan) {
   const ModelConfig c = test::tiny_config(true);
   auto r = run_ds41("engram -m " + test::tiny_model_dir(true) + " --bench --positions 8 --threads 1 --json");
