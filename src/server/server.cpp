@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <httplib.h>
 #include <sstream>
+#include <sys/socket.h>
 
 #include "base/error.h"
 #include "server/api_error.h"
@@ -207,7 +208,19 @@ struct Server::Impl {
     return o.str();
   }
 
+  // The listening socket, seen through httplib's socket-options hook (the last one it configured
+  // is the one that got bound).
+  int listen_fd = -1;
+  void widen_backlog() const;
+
   void setup() {
+    // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server
+    // bind the same port silently instead of failing with "address in use".
+    http.set_socket_options([this](int fd) {
+      int yes = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_fd = fd;
+    });
     http.new_task_queue = [n = opt.http_threads] { return new httplib::ThreadPool(size_t(n)); };
     http.set_payload_max_length(size_t(opt.max_body_bytes));
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -261,15 +274,27 @@ Server::Server(Engine& engine, const TextSide& text, ServerOptions opt) : impl_(
 
 Server::~Server() = default;
 
+// Debian's libcpp-httplib is compiled with a listen backlog of 5: a burst of clients overflows the
+// accept queue and the kernel drops their handshakes (clients then fail or stall a second).
+// listen() on a listening socket only updates its backlog.
+void Server::Impl::widen_backlog() const {
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+}
+
 bool Server::listen(std::string& error) {
   if (!impl_->http.bind_to_port(impl_->opt.host, impl_->opt.port)) {
     error = "cannot listen on " + impl_->opt.host + ":" + std::to_string(impl_->opt.port) + " (address in use or not available)";
     return false;
   }
+  impl_->widen_backlog();
   return impl_->http.listen_after_bind();
 }
 
-int Server::bind_any_port() { return impl_->http.bind_to_any_port(impl_->opt.host); }
+int Server::bind_any_port() {
+  const int port = impl_->http.bind_to_any_port(impl_->opt.host);
+  if (port > 0) impl_->widen_backlog();
+  return port;
+}
 bool Server::listen_after_bind() { return impl_->http.listen_after_bind(); }
 void Server::stop() { impl_->http.stop(); }
 

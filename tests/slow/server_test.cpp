@@ -264,6 +264,16 @@ TEST_F(ServerTest, ConcurrentStreamsMatchTheSameRequestAlone) {
   EXPECT_TRUE(healthy());
 }
 
+TEST_F(ServerTest, ASecondServerOnTheSamePortFailsWithAClearError) {
+  ServerOptions so;
+  so.port = port_;
+  Server second(*engine_, *text_, so);
+  std::string error;
+  EXPECT_FALSE(second.listen(error));
+  EXPECT_NE(error.find("address in use"), std::string::npos) << error;
+  EXPECT_TRUE(healthy());
+}
+
 TEST_F(ServerTest, PrefixCacheReusesASharedSystemPrompt) {
   std::string system = "You are a careful assistant. ";
   for (int i = 0; i < 40; ++i) system += "Rule " + std::to_string(i) + ": answer precisely. ";
