@@ -595,6 +595,10 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
             std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }).find("\"Whitespace\""),
             std::string::npos);
+  EXPECT_NE(variant_error([](json& j) { j["pre_tokenizer"] = nullptr; }).find("pre_tokenizer is missing"),
+            std::string::npos);
+  EXPECT_NE(variant_error([](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(1); }).find("no ByteLevel step"),
+            std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j["version"] = "2.0"; }).find("version \"2.0\""), std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j.erase("model"); }).find("no \"model\""), std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j["added_tokens"][2]["content"] = ""; }).find("non-empty string"),
