@@ -193,6 +193,38 @@ TEST(Regex, UnicodeCategories) {
   EXPECT_FALSE(full_match("[\\p{L}\\p{P}\\p{S}]", "\xE2\x80\x8B"));  // U+200B is Cf
 }
 
+TEST(Regex, InterpreterAndJitAgreeAndDeepBacktrackingGetsAHeapStack) {
+  const std::string word_regex =
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+      " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+  Regex jit(word_regex, "jit"), interpreted(word_regex, "interpreter", Regex::Engine::kInterpreter);
+  EXPECT_TRUE(jit.jit_compiled());
+  EXPECT_FALSE(interpreted.jit_compiled());
+  RegexMatcher a(jit), b(interpreted);
+  std::mt19937 rng(5);
+  const std::vector<std::string> alphabet = {"a", "Z", " ", "  ", "\n", "\r", ".", "'", "#", "中", "é", "\xCC\x81",
+                                             "\t", "\u00a0", "1", "~", "😀", "\u200b"};
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string s;
+    for (int k = 0; k < 40; ++k) s += alphabet[rng() % alphabet.size()];
+    std::vector<std::pair<size_t, size_t>> ma, mb;
+    a.for_each_match(s, [&](size_t x, size_t y) { ma.emplace_back(x, y); });
+    b.for_each_match(s, [&](size_t x, size_t y) { mb.emplace_back(x, y); });
+    EXPECT_EQ(ma, mb) << s;
+  }
+  // A pattern that backtracks through a long run needs more than the default JIT stack.
+  Regex deep("(a|aa)+$", "deep");
+  RegexMatcher m(deep);
+  std::vector<std::pair<size_t, size_t>> matches;
+  m.for_each_match("aaa", [&](size_t x, size_t y) { matches.emplace_back(x, y); });
+  EXPECT_FALSE(m.uses_heap_stack());
+  const std::string run(100000, 'a');
+  matches.clear();
+  m.for_each_match(run, [&](size_t x, size_t y) { matches.emplace_back(x, y); });
+  EXPECT_TRUE(m.uses_heap_stack());
+  EXPECT_EQ(matches, (std::vector<std::pair<size_t, size_t>>{{0, run.size()}}));
+}
+
 // Split pieces where the regex can match the empty string, as HF (the Rust onig crate's
 // find_iter) produces them: an empty match splits, except right after the previous match.
 TEST(Regex, EmptyMatchesSplitLikeHf) {
@@ -267,6 +299,10 @@ TEST(PreTokenizer, DeepSeekRegexesSplitLikeHf) {
       {"end   ", {"end", "   "}},
       {"  ...", {" ", " ..."}},
       {"\u00a0\u00a0a", {"\u00a0", "\u00a0a"}},
+      {"Hi!\n\nOk", {"Hi", "!\n\n", "Ok"}},      // punctuation takes the newlines after it
+      {"a \u200bb", {"a", " ", "\u200bb"}},       // \s+ (the lookahead alternative fails)
+      {"x \t", {"x", " \t"}},
+      {"\u3000\u3000\u4e2d", {"\u3000\u3000", "\u4e2d"}},
   };
   for (const auto& [text, expected] : cases) EXPECT_EQ(released_pieces(p, text), expected) << text;
 }
@@ -336,6 +372,23 @@ TEST(Bpe, ScanTreeAndNaiveAgreeOnRandomPieces) {
       bpe.merge_by_scan(piece, scan);
       EXPECT_EQ(scan, expected) << piece;
     }
+  }
+}
+
+TEST(Bpe, IgnoreMergesTakesWholeVocabularyWords) {
+  // HF: with model.ignore_merges a piece that is a vocabulary entry is that token, merges or not.
+  json j = tiny_tokenizer_json();
+  j["model"]["vocab"]["ca"] = 263;  // no merge builds it
+  for (auto& a : j["added_tokens"]) a["id"] = a["id"].get<int>() + 1;
+  const std::vector<std::string> texts = {"ca", "cab", "abc", "aaa"};
+  const std::vector<std::vector<int32_t>> hf_without = {{99, 97}, {99, 256}, {257}, {261}};
+  const std::vector<std::vector<int32_t>> hf_with = {{263}, {99, 256}, {257}, {261}};
+  const Tokenizer without = Tokenizer::from_json(j, "without");
+  j["model"]["ignore_merges"] = true;
+  const Tokenizer with = Tokenizer::from_json(j, "with");
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(without.encode(texts[i]), hf_without[i]) << texts[i];
+    EXPECT_EQ(with.encode(texts[i]), hf_with[i]) << texts[i];
   }
 }
 
@@ -542,6 +595,10 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
             std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }).find("\"Whitespace\""),
             std::string::npos);
+  EXPECT_NE(variant_error([](json& j) { j["pre_tokenizer"] = nullptr; }).find("pre_tokenizer is missing"),
+            std::string::npos);
+  EXPECT_NE(variant_error([](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(1); }).find("no ByteLevel step"),
+            std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j["version"] = "2.0"; }).find("version \"2.0\""), std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j.erase("model"); }).find("no \"model\""), std::string::npos);
   EXPECT_NE(variant_error([](json& j) { j["added_tokens"][2]["content"] = ""; }).find("non-empty string"),
@@ -617,6 +674,28 @@ TEST_F(ReleasedTokenizer, LongRunsStayFastAndExact) {
     while (s.size() < 200000) s += unit;
     // One 200 kB piece for most units: the regex JIT and the segment-tree merger must cope.
     EXPECT_EQ(t.decode(t.encode(s)), s) << unit;
+  }
+}
+
+TEST_F(ReleasedTokenizer, RandomCodePointsRoundTrip) {
+  // Any valid text (all planes, controls, unassigned and private-use code points, special-token
+  // fragments) encodes without error and decodes back to itself.
+  const Tokenizer& t = *tok_;
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string s;
+    for (int k = 0; k < 60; ++k) {
+      const uint32_t r = rng() % 10;
+      char32_t c = r < 3 ? char32_t(rng() % 0x80) : r < 6 ? char32_t(rng() % 0x3000) : char32_t(rng() % 0x110000);
+      if (c >= 0xD800 && c < 0xE000) c = U'x';  // not a scalar value
+      if (r == 9) {
+        s += k % 2 ? "<｜User｜>" : "<｜";
+        continue;
+      }
+      append_utf8(s, c);
+    }
+    const auto ids = t.encode(s);
+    ASSERT_EQ(t.decode(ids), s) << "trial " << trial;
   }
 }
 

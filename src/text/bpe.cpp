@@ -1,9 +1,9 @@
 #include "text/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <nlohmann/json.hpp>
 #include <shared_mutex>
 
@@ -19,16 +19,37 @@ constexpr uint64_t kEmptyKey = ~uint64_t(0);  // ids are non-negative int32, so 
 
 uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)) << 32) | uint32_t(right); }
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 }  // namespace
 
+// Open addressing over flat arrays: one probe usually settles a lookup (a node-based map cost a
+// division and two cache misses per piece, a quarter of the encode time).
 struct BpeModel::Cache {
+  struct Slot {
+    uint64_t hash = 0;  // 0: empty (stored hashes have the low bit set)
+    uint32_t key = 0, ids = 0;  // offsets in keys / ids
+    uint16_t key_length = 0, id_count = 0;
+  };
+  static constexpr size_t kSlots = 2 * kCacheMaxEntries;
+  static_assert(kCacheMaxPieceBytes <= 0xFFFF, "lengths are stored in 16 bits");
+
   std::shared_mutex mutex;
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> pieces;
+  std::vector<Slot> slots;  // allocated on the first insertion
+  std::string keys;
+  std::vector<int32_t> ids;
+  size_t count = 0;
+
+  static uint64_t hash_of(std::string_view piece) { return std::hash<std::string_view>{}(piece) | 1; }
+  // The index of the slot holding `piece`, or of the empty slot where it would go.
+  size_t probe(std::string_view piece, uint64_t hash) const {
+    for (size_t i = (hash >> 1) & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+      const Slot& s = slots[i];
+      if (s.hash == 0) return i;
+      if (s.hash == hash && s.key_length == piece.size() &&
+          std::memcmp(keys.data() + s.key, piece.data(), piece.size()) == 0) {
+        return i;
+      }
+    }
+  }
 };
 
 BpeModel::BpeModel() : cache_(std::make_unique<Cache>()) {}
@@ -300,19 +321,33 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<int32_t>& out) c
     encode_piece_uncached(bytes, out);
     return;
   }
+  Cache& cache = *cache_;
+  const uint64_t hash = Cache::hash_of(bytes);
   {
-    std::shared_lock lock(cache_->mutex);
-    if (auto it = cache_->pieces.find(bytes); it != cache_->pieces.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
+    std::shared_lock lock(cache.mutex);
+    if (!cache.slots.empty()) {
+      const Cache::Slot& s = cache.slots[cache.probe(bytes, hash)];
+      if (s.hash != 0) {
+        out.insert(out.end(), cache.ids.begin() + s.ids, cache.ids.begin() + s.ids + s.id_count);
+        return;
+      }
     }
   }
   const size_t first = out.size();
   encode_piece_uncached(bytes, out);
-  std::unique_lock lock(cache_->mutex);
-  if (cache_->pieces.size() < kCacheMaxEntries) {
-    cache_->pieces.try_emplace(std::string(bytes), out.begin() + std::ptrdiff_t(first), out.end());
-  }
+  std::unique_lock lock(cache.mutex);
+  if (cache.count >= kCacheMaxEntries) return;
+  if (cache.slots.empty()) cache.slots.resize(Cache::kSlots);
+  Cache::Slot& slot = cache.slots[cache.probe(bytes, hash)];
+  if (slot.hash != 0) return;  // another thread was first
+  slot.hash = hash;
+  slot.key = uint32_t(cache.keys.size());
+  slot.key_length = uint16_t(bytes.size());
+  slot.ids = uint32_t(cache.ids.size());
+  slot.id_count = uint16_t(out.size() - first);
+  cache.keys.append(bytes);
+  cache.ids.insert(cache.ids.end(), out.begin() + std::ptrdiff_t(first), out.end());
+  ++cache.count;
 }
 
 }  // namespace ds41

@@ -13,9 +13,11 @@ using json = nlohmann::json;
 
 PreTokenizer PreTokenizer::from_json(const json& j, const std::string& label) {
   PreTokenizer p;
-  if (j.is_null()) return p;
+  if (!j.is_object()) {
+    throw Error(label + ": pre_tokenizer is " + (j.is_null() ? std::string("missing") : "not an object") +
+                "; a byte-level BPE tokenizer needs at least its ByteLevel step");
+  }
   std::vector<const json*> steps;
-  if (!j.is_object()) throw Error(label + ": pre_tokenizer is not an object");
   if (j.value("type", "") == "Sequence") {
     const auto list = j.find("pretokenizers");
     if (list == j.end() || !list->is_array()) throw Error(label + ": pre_tokenizer Sequence has no pretokenizers array");

@@ -24,7 +24,7 @@ namespace ds41 {
 
 class PreTokenizer {
  public:
-  // `j` is the tokenizer.json "pre_tokenizer" value (null: no splitting).
+  // `j` is the tokenizer.json "pre_tokenizer" value.
   static PreTokenizer from_json(const nlohmann::json& j, const std::string& label);
 
   // Matching state for one thread / one call.

@@ -83,7 +83,8 @@ std::string onig_to_pcre2(std::string_view p, const std::string& label) {
   return out;
 }
 
-Regex::Regex(std::string_view onig_pattern, const std::string& label) : pattern_(onig_pattern), label_(label) {
+Regex::Regex(std::string_view onig_pattern, const std::string& label, Engine engine)
+    : pattern_(onig_pattern), label_(label) {
   const std::string translated = onig_to_pcre2(onig_pattern, label);
   int error = 0;
   PCRE2_SIZE offset = 0;
@@ -94,7 +95,7 @@ Regex::Regex(std::string_view onig_pattern, const std::string& label) : pattern_
                 pcre2_message(error) + " at offset " + std::to_string(offset));
   }
   // Without JIT (a PCRE2 built without it) matching still works, only slower.
-  jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+  jit_ = engine == Engine::kJit && pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
 }
 
 Regex::~Regex() { pcre2_code_free(code_); }

@@ -33,9 +33,13 @@ std::string onig_to_pcre2(std::string_view pattern, const std::string& label);
 
 class Regex {
  public:
+  // How matches are run: JIT-compiled machine code (the default, falling back to the interpreter
+  // when PCRE2 has no JIT for this CPU), or always the interpreter (for tests).
+  enum class Engine { kJit, kInterpreter };
+
   // Compiles an Oniguruma-syntax pattern; throws ds41::Error naming `label` (e.g. the file and
   // the pre-tokenizer step) when it cannot.
-  Regex(std::string_view onig_pattern, const std::string& label);
+  Regex(std::string_view onig_pattern, const std::string& label, Engine engine = Engine::kJit);
   ~Regex();
   Regex(Regex&&) noexcept;
   Regex& operator=(Regex&&) noexcept;
@@ -65,6 +69,9 @@ class RegexMatcher {
   // Oniguruma's find_iter in the Rust `onig` crate yields them: each search starts where the
   // previous match ended, and an empty match right at the end of the previous match is skipped
   // (the search moves on by one character). Calls on_match(begin, end) with byte offsets.
+  // Whether a match has needed more than PCRE2's default JIT stack (then a heap stack is used).
+  bool uses_heap_stack() const { return jit_stack_ != nullptr; }
+
   template <class F>
   void for_each_match(std::string_view subject, F&& on_match) {
     size_t search_from = 0, last_match_end = std::string_view::npos;

@@ -94,8 +94,7 @@ Tokenizer Tokenizer::load(const std::string& path_or_dir) {
   } catch (const json::exception& e) {
     throw Error(path + ": not valid JSON: " + e.what());
   }
-  Tokenizer t = from_json(j, path);
-  return t;
+  return from_json(j, path);
 }
 
 Tokenizer Tokenizer::from_json(const json& j, const std::string& label) {
