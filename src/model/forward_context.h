@@ -24,9 +24,14 @@ struct ForwardContext {
   const std::vector<float>& inv_freq_compressed;
   int64_t start = 0;  // position of the first token of the call
   int S = 0;          // tokens in the call
+  bool candidates_built = false;  // the candidate source has filled `candidates` in this call
 
   // Per index-source layer (by layer id): the top-k entry lists of this call, one per query,
   // ascending; Reuse layers read their source's.
+  std::vector<std::vector<std::vector<int32_t>>> topk{};
+  // Candidate pool of this call (candidate source): per query, a keep flag per entry; valid once
+  // candidates_built is set (the vectors keep their capacity from call to call).
+  std::vector<std::vector<uint8_t>> candidates{};
   std::vector<std::vector<std::vector<int32_t>>> topk;
   // Candidate pool of this call (candidate source): per query, a keep flag per entry.
   std::vector<std::vector<uint8_t>> candidates;
@@ -74,12 +79,16 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
 // count = entries visible to the query. Returns a keep flag per entry.
 std::vector<uint8_t> candidate_pool_row(const float* scores, int64_t width, int64_t count, int topk_blocks,
                                         int block_size);
+// Into `keep`, reusing its capacity; capacity_hint = the widest row expected (planned context).
+void candidate_pool_row(const float* scores, int64_t width, int64_t count, int topk_blocks, int block_size,
+                        std::vector<uint8_t>& keep, int64_t capacity_hint = 0);
 // Top-k entry ids of a score row (ties: lower index first), ascending; entries >= count dropped.
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k);
 // Engram table rows ids[0..n) (checked by the caller) dequantized to bf16 out [n][head_dim] (§A.7),
 // read from the mmap'd table with a WILLNEED hint first.
 void engram_gather_rows(const BlockWeights& w, int64_t head_dim, const int64_t* ids, int64_t n, uint16_t* out,
                         ThreadPool* pool);
+void select_topk_row(const float* scores, int64_t width, int64_t count, int k, std::vector<int32_t>& out);
 // Engram before an Engram block: row_ids [S][cols] (this layer's hash rows), X [S][hc][dim] updated
 // in place.
 void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const int64_t* row_ids,

@@ -99,6 +99,11 @@ class Model {
   std::vector<float> forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
                              ThreadPool* pool, const ForwardHooks* hooks = nullptr,
                              const std::vector<uint8_t>* image_mask = nullptr) const;
+  // Same, into `logits` (resized; its capacity is reused). With the sequence's caches reserved
+  // (reserve_sequence) and after a first call of the same shape, a call allocates nothing.
+  void forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                    const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks = nullptr,
+                    const std::vector<uint8_t>* image_mask = nullptr) const;
 
   // Rebuilds every layer's window ring of a sequence whose global caches are complete but whose
   // rings are not (a compact session): re-runs its last min(window_size, pos) tokens — which the

@@ -35,6 +35,7 @@ struct LayerState {
 
 struct SequenceState {
   int64_t pos = 0;                   // tokens consumed so far
+  int64_t reserved_tokens = 0;       // capacity planned by reserve_sequence (0 = none)
   std::vector<LayerState> layers;    // indexed like ModelPlan::layers (backbone only used here)
   // Reference behaviour (spec pitfall, §5.5): index keys are "published" by a kv source only in a
   // call where its compressor emitted a latent; other index sources read the last published cache.
@@ -52,5 +53,11 @@ struct SequenceState {
 };
 
 SequenceState make_sequence_state(const ModelConfig& c, const ModelPlan& plan);
+
+// Reserves capacity for a sequence of `total_tokens` positions in every per-token cache and
+// history, so that forward calls up to that length never reallocate them (no heap allocation in
+// the decode loop, issue #10). Capacity is virtual until written: reserving the planned context
+// costs no resident memory.
+void reserve_sequence(SequenceState& s, const ModelConfig& c, const ModelPlan& plan, int64_t total_tokens);
 
 }  // namespace ds41

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/hyper_connection.h"
@@ -63,6 +64,14 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
 std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
                                   ThreadPool* pool, const ForwardHooks* hooks,
                                   const std::vector<uint8_t>* image_mask) const {
+  std::vector<float> logits;
+  forward_into(logits, state, tokens, opt, pool, hooks, image_mask);
+  return logits;
+}
+
+void Model::forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                         const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
+                         const std::vector<uint8_t>* image_mask) const {
   const ModelConfig& c = config_;
   // Rows the call is running: all its tokens, until a CED prefill narrows them at the decoder.
   int S = int(tokens.size());
@@ -79,8 +88,8 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
 
   // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
   // is written first, so the call's own earlier tokens are n-gram context.
-  std::vector<int64_t> engram_ids;
-  std::vector<uint8_t> text_mask;
+  DS41_SCRATCH_EMPTY(int64_t, engram_ids);
+  DS41_SCRATCH_EMPTY(uint8_t, text_mask);
   int engram_cols = 0;
   if (engram_hash_) {
     for (int s = 0; s < S; ++s)
@@ -103,6 +112,12 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                      inv_freq_plain_, inv_freq_compressed_};
   ctx.start = state.pos;
   ctx.S = S;
+  // The per-call top-k lists and candidate pool keep their capacity from call to call (on this
+  // thread); they are handed back below.
+  static thread_local std::vector<std::vector<std::vector<int32_t>>> topk_store;
+  static thread_local std::vector<std::vector<uint8_t>> candidates_store;
+  ctx.topk.swap(topk_store);
+  ctx.candidates.swap(candidates_store);
   ctx.topk.resize(plan_.layers.size());
   if (opt.bounded_replay) begin_bounded_replay(ctx);
 
@@ -110,21 +125,29 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   const int64_t D = c.dim;
   const float norm_eps = float(c.norm_eps), hc_eps = float(c.hc_eps);
   // Stream X [S][hc][D]: every copy starts as the embedding (§7).
-  std::vector<uint16_t> X(size_t(S) * hc * D);
+  DS41_SCRATCH(uint16_t, X, int64_t(S) * hc * D);
   for (int s = 0; s < S; ++s)
     for (int ci = 0; ci < hc; ++ci)
       std::memcpy(X.data() + (int64_t(s) * hc + ci) * D, weights_.embed + int64_t(tokens[s]) * D, size_t(D) * 2);
-  std::vector<float> a_in(size_t(S) * hc, 0.f);  // one-hot [1,0,..] for layer 0, exactly 1.0
+  DS41_SCRATCH(float, a_in, int64_t(S) * hc);  // one-hot [1,0,..] for layer 0, exactly 1.0
   for (int s = 0; s < S; ++s) a_in[int64_t(s) * hc] = 1.f;
 
   // Coefficients of one sublayer for every token of the call (§7).
   struct HcMix {
-    std::vector<float> pre, post, comb;
+    std::vector<float>&pre, &post, &comb;
   };
   const size_t n_mix = size_t(S) * hc;
-  HcMix attn_mix{std::vector<float>(n_mix), std::vector<float>(n_mix), std::vector<float>(n_mix * hc)};
-  HcMix ffn_mix = attn_mix;
-  std::vector<uint16_t> h(size_t(S) * D), hn(size_t(S) * D), y(size_t(S) * D);
+  DS41_SCRATCH(float, attn_pre, n_mix);
+  DS41_SCRATCH(float, attn_post, n_mix);
+  DS41_SCRATCH(float, attn_comb, n_mix * hc);
+  DS41_SCRATCH(float, ffn_pre, n_mix);
+  DS41_SCRATCH(float, ffn_post, n_mix);
+  DS41_SCRATCH(float, ffn_comb, n_mix * hc);
+  HcMix attn_mix{attn_pre, attn_post, attn_comb};
+  HcMix ffn_mix{ffn_pre, ffn_post, ffn_comb};
+  DS41_SCRATCH(uint16_t, h, int64_t(S) * D);
+  DS41_SCRATCH(uint16_t, hn, int64_t(S) * D);
+  DS41_SCRATCH(uint16_t, y, int64_t(S) * D);
   // One hyper-connected sublayer: coefficients from the stream, input = norm(hc_pre(X, mix_in)),
   // then X = hc_post(body(input), X) in place (hc_post reads a column before writing it).
   auto sublayer = [&](const float* fn, const float* base, const float* scale, const uint16_t* norm_w,
@@ -148,7 +171,7 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
     const BlockWeights& w = weights_.blocks[lp.id];
     if (hooks && hooks->before_block) hooks->before_block(lp.id, S, X.data(), a_in.data());
     if (lp.engram) {  // Engram writes into the stream before the block (§A.10)
-      std::vector<int64_t> rows(static_cast<size_t>(S) * engram_cols);
+      DS41_SCRATCH(int64_t, rows, int64_t(S) * engram_cols);
       for (int s = 0; s < S; ++s)
         std::memcpy(rows.data() + int64_t(s) * engram_cols,
                     engram_ids.data() + (int64_t(s) * engram_hash_->n_layers + lp.engram_index) * engram_cols,
@@ -170,19 +193,20 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   // Collapse with the last FFN pre-mix, final norm, fp32 head (§4, §7).
   const int first_row = opt.all_logits ? 0 : S - 1;
   const int rows = S - first_row;
-  std::vector<float> hf(size_t(rows) * D);
+  DS41_SCRATCH(float, hf, int64_t(rows) * D);
   for (int r = 0; r < rows; ++r) {
     const int s = first_row + r;
     hc_pre(X.data() + int64_t(s) * hc * D, a_in.data() + s * hc, hc, D, h.data());
     rmsnorm_row(h.data(), weights_.norm, D, norm_eps, hn.data());
     for (int64_t d = 0; d < D; ++d) hf[r * D + d] = bf16_to_f32(hn[d]);
   }
-  std::vector<float> logits(size_t(rows) * c.vocab_size);
+  logits.resize(size_t(rows) * c.vocab_size);
   linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
 
   state.pos += int64_t(tokens.size());
   state.token_history.insert(state.token_history.end(), tokens.begin(), tokens.end());
-  return logits;
+  topk_store.swap(ctx.topk);
+  candidates_store.swap(ctx.candidates);
 }
 
 }  // namespace ds41

@@ -62,12 +62,20 @@ void Generation::commit_pending() {
   logits_ = model_.forward(state_, {tok}, forward_, pool_);
 }
 
+std::optional<int32_t> Generation::next_token() {
+  if (logits_.empty()) throw Error("generate: nothing has been fed yet");
+  // The next token goes to position length(); it must fit the context to be fed later.
+  if (length() >= model_.config().max_seq_len) return std::nullopt;
+  commit_pending();  // the previous token has to go in before the next can be sampled
+  const int32_t tok = sampler_.sample(logits_.data(), model_.config().vocab_size, uint64_t(state_.pos), state_.token_history);
+  pending_ = tok;
+  return tok;
+}
+
 GenerationStats Generation::generate(const GenerationLimits& limits, const std::function<bool(int32_t)>& on_token) {
   if (limits.max_tokens < 0) throw Error("max_tokens must be >= 0");
   if (logits_.empty() && limits.max_tokens > 0) throw Error("generate: nothing has been fed yet");
   GenerationStats st = last_feed_;
-  const ModelConfig& c = model_.config();
-  const int64_t vocab = c.vocab_size;
   double first_token_at = 0;
   st.finish = FinishReason::Length;
   for (int64_t n = 0; n < limits.max_tokens; ++n) {
@@ -75,14 +83,12 @@ GenerationStats Generation::generate(const GenerationLimits& limits, const std::
       st.finish = FinishReason::Cancelled;
       break;
     }
-    // The next token goes to position length(); it must fit the context to be fed later.
-    if (length() >= c.max_seq_len) {
+    const std::optional<int32_t> next = next_token();
+    if (!next) {
       st.finish = FinishReason::ContextFull;
       break;
     }
-    commit_pending();  // the previous token has to go in before the next can be sampled
-    const int32_t tok = sampler_.sample(logits_.data(), vocab, uint64_t(state_.pos), state_.token_history);
-    pending_ = tok;
+    const int32_t tok = *next;
     ++st.generated_tokens;
     const double t = now_s();
     if (n == 0) {

@@ -62,6 +62,10 @@ class Generation {
   // was fed (chunks, sessions). Penalties see the sequence's tokens (prompt and generated).
   GenerationStats generate(const GenerationLimits& limits, const std::function<bool(int32_t)>& on_token = {});
 
+  // One step of generate(): feeds the pending token, samples the next (it becomes pending).
+  // nullopt when the context is full.
+  std::optional<int32_t> next_token();
+
   // Puts the pending token into the sequence (e.g. before saving a session).
   void commit_pending();
 
@@ -71,11 +75,13 @@ class Generation {
   // Positions the sequence has consumed plus the pending token.
   int64_t length() const { return state_.pos + (pending_ ? 1 : 0); }
   const std::vector<float>& last_logits() const { return logits_; }
+  // Prompt tokens and prefill time of the last feed().
+  const GenerationStats& last_feed_stats() const { return last_feed_; }
 
  private:
   const Model& model_;
   SequenceState state_;
-  const Sampler& sampler_;
+  Sampler sampler_;
   ThreadPool* pool_;
   ForwardOptions forward_;
   std::vector<float> logits_;

@@ -271,5 +271,59 @@ TEST(Cli, EngramBenchReportsRowsPerTokenOfThePlan) {
   EXPECT_NE(none.err.find("no Engram"), std::string::npos) << none.err;
 }
 
+TEST(Cli, TokenizeAndDetokenizeWithTheModelDirectory) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  const std::string dir = test::shared_dir() + "/assets/deepseek_v3_tokenizer";
+  // HF tokenizers: "Hello world" -> 19923, 2058; "<｜User｜>" is 128803.
+  auto r = run_ds41("tokenize -m " + dir + " -p 'Hello world<｜User｜>' --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>(), (std::vector<int>{19923, 2058, 128803}));
+  auto plain = run_ds41("tokenize --tokenizer " + dir + "/tokenizer.json -p 'Hello world<｜User｜>'");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out, "19923,2058,128803\n");
+  auto back = run_ds41("detokenize -m " + dir + " --tokens 19923,2058,128803 --json");
+  ASSERT_EQ(back.status, 0) << back.err;
+  EXPECT_EQ(nlohmann::json::parse(back.out)["text"], "Hello world<｜User｜>");
+  auto skip = run_ds41("detokenize -m " + dir + " --tokens 0,19923,1 --skip-special");
+  EXPECT_EQ(skip.out, "Hello\n");
+  // --file, and the benchmark's JSON.
+  test::TempDir tmp;
+  std::ofstream(tmp / "text.txt") << "The quick brown fox. 敏捷的棕色狐狸。\n";
+  auto file = run_ds41("tokenize -m " + dir + " --file " + tmp / "text.txt" + " --json");
+  ASSERT_EQ(file.status, 0) << file.err;
+  auto ids = nlohmann::json::parse(file.out)["ids"].get<std::vector<int>>();
+  std::string csv;
+  for (int id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+  auto text = run_ds41("detokenize -m " + dir + " --tokens " + csv);
+  EXPECT_EQ(text.out, "The quick brown fox. 敏捷的棕色狐狸。\n\n");
+  auto bench = run_ds41("tokenize -m " + dir + " --file " + tmp / "text.txt" + " --bench --json");
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(bench.out)["ids"], ids.size());
+  EXPECT_GT(nlohmann::json::parse(bench.out)["cold_mb_per_s"].get<double>(), 0.0);
+}
+
+TEST(Cli, TokenizeErrorsNameTheMissingFile) {
+  test::TempDir tmp;
+  auto r = run_ds41("tokenize -m " + tmp.path() + " -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("no tokenizer.json in " + tmp.path()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(tmp / "tokenizer.json"), std::string::npos) << r.err;
+  auto f = run_ds41("detokenize --tokenizer " + tmp / "tok.json" + " --tokens 1");
+  EXPECT_EQ(f.status, 1);
+  EXPECT_NE(f.err.find(tmp / "tok.json"), std::string::npos) << f.err;
+  auto none = run_ds41("tokenize -p hi");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("-m DIR"), std::string::npos) << none.err;
+  if (!test::have_shared()) return;
+  const std::string dir = test::shared_dir() + "/assets/deepseek_v3_tokenizer";
+  auto bad_id = run_ds41("detokenize -m " + dir + " --tokens 5,128815");
+  EXPECT_EQ(bad_id.status, 1);
+  EXPECT_NE(bad_id.err.find("128815 is outside the vocabulary"), std::string::npos) << bad_id.err;
+  std::ofstream(tmp / "bad.txt", std::ios::binary) << "ok\xff";
+  auto bad_text = run_ds41("tokenize -m " + dir + " --file " + tmp / "bad.txt");
+  EXPECT_EQ(bad_text.status, 1);
+  EXPECT_NE(bad_text.err.find("not valid UTF-8"), std::string::npos) << bad_text.err;
+}
+
 }  // namespace
 }  // namespace ds41
