@@ -32,9 +32,6 @@ struct ForwardContext {
   // Candidate pool of this call (candidate source): per query, a keep flag per entry; valid once
   // candidates_built is set (the vectors keep their capacity from call to call).
   std::vector<std::vector<uint8_t>> candidates{};
-  std::vector<std::vector<std::vector<int32_t>>> topk;
-  // Candidate pool of this call (candidate source): per query, a keep flag per entry.
-  std::vector<std::vector<uint8_t>> candidates;
   // Set once the compressed entries of every position of the call are in the state before the
   // kv sources run (bounded replay; the decoder part of a CED prefill): kv sources only publish.
   bool global_cache_ready = false;
