@@ -310,26 +310,22 @@ class SessionFile : public ::testing::TestWithParam<SessionKind> {
   std::vector<uint8_t> good_;
 };
 
-TEST_P(SessionFile, TruncatedFileIsRefused) {
-  std::vector<uint8_t> b(good_.begin(), good_.end() - 100);
-  write_bytes(path_, b);
+// Every kind of damage is refused with its own message (one test per kind: each test process
+// pays for a checkpoint and a prefill).
+TEST_P(SessionFile, DamagedFilesAreRefused) {
+  // Truncated: every cut, down to an empty file, is an error and never a crash or a wrong state.
+  write_bytes(path_, std::vector<uint8_t>(good_.begin(), good_.end() - 100));
   expect_refused(path_, model(), "truncated");
-  // Every cut, down to an empty file, is an error and never a crash or a wrong state.
   for (size_t n : {size_t(0), size_t(4), size_t(8), size_t(20), size_t(32), size_t(40), good_.size() / 2, good_.size() - 1}) {
     write_bytes(path_, std::vector<uint8_t>(good_.begin(), good_.begin() + long(n)));
     EXPECT_THROW(load_session(path_, model()), Error) << "cut at " << n;
   }
-}
-
-TEST_P(SessionFile, TrailingBytesAreRefused) {
   std::vector<uint8_t> b = good_;
   b.push_back(0);
   write_bytes(path_, b);
   expect_refused(path_, model(), "trailing bytes");
-}
 
-TEST_P(SessionFile, FlippedByteFailsTheChecksum) {
-  std::vector<uint8_t> b = good_;
+  b = good_;
   b[b.size() / 2] ^= 0x10;
   write_bytes(path_, b);
   expect_refused(path_, model(), "checksum mismatch");
@@ -341,35 +337,32 @@ TEST_P(SessionFile, FlippedByteFailsTheChecksum) {
     write_bytes(path_, d);
     EXPECT_THROW(load_session(path_, model()), Error);
   }
-}
 
-TEST_P(SessionFile, WrongMagicIsRefused) {
-  std::vector<uint8_t> b = good_;
+  b = good_;
   b[0] = 'X';
   write_bytes(path_, b);
   expect_refused(path_, model(), "not a ds41 session file");
-}
 
-TEST_P(SessionFile, NewerVersionIsRefused) {
-  std::vector<uint8_t> b = good_;
+  b = good_;
   b[8] = uint8_t(kSessionFormatVersion + 1);
   write_bytes(path_, b);
   expect_refused(path_, model(), "written by a newer ds41");
-}
 
-TEST_P(SessionFile, UnknownKindIsRefused) {
   for (uint8_t kind : {0, 3}) {
-    std::vector<uint8_t> b = good_;
+    b = good_;
     b[12] = kind;
     reseal(b);
     write_bytes(path_, b);
     expect_refused(path_, model(), "unsupported session kind");
   }
+
+  expect_refused(tmp_ / "nope.ds41session", model(), "cannot open");
 }
 
-TEST_P(SessionFile, ForeignModelIsRefused) {
+TEST(SessionForeign, ModelIsRefused) {
   // A different seed keeps the config (and so the fingerprint); a different index_topk does not,
   // while leaving every state shape the same — exactly the case only the fingerprint can catch.
+  const Prefilled& p = prefilled(false);
   ModelConfig c = test::tiny_config(false);
   c.index_topk = c.index_topk / 2;
   test::TempDir other;
@@ -377,24 +370,19 @@ TEST_P(SessionFile, ForeignModelIsRefused) {
   opt.seed = 99;
   write_random_checkpoint(c, other.path(), opt);
   auto foreign = Model::load(other.path());
-  expect_refused(path_, *foreign, "belongs to another model");
-  // And the Engram model refuses a backbone-only session.
-  expect_refused(path_, *prefilled(true).model, "belongs to another model");
+  for (SessionKind kind : {SessionKind::Exact, SessionKind::Compact}) {
+    save_session(other / "s", *p.model, p.state, kind);
+    expect_refused(other / "s", *foreign, "belongs to another model");
+  }
 }
 
-TEST_P(SessionFile, MissingFileIsAnError) {
-  expect_refused(tmp_ / "nope.ds41session", model(), "cannot open");
-}
-
-TEST_P(SessionFile, FailedSaveLeavesThePreviousFileIntact) {
+TEST_P(SessionFile, SavesAreAtomic) {
   // A directory where the temp file should go makes the save fail before anything is renamed.
   std::filesystem::create_directory(path_ + ".tmp");
   EXPECT_THROW(save_session(path_, model(), p_->state, GetParam()), Error);
   EXPECT_EQ(read_bytes(path_), good_);
-  EXPECT_NO_THROW(load(path_));
-}
+  std::filesystem::remove(path_ + ".tmp");
 
-TEST_P(SessionFile, KilledSaveNeverLeavesAWrongState) {
   // Two known states; a child saves them alternately until it is SIGKILLed at a random moment.
   // Whatever the moment, the file must be absent or hold exactly one of the two complete files
   // (so the previous good file survives an interrupted save), and a leftover temp file must never
@@ -487,7 +475,7 @@ class SessionFields : public ::testing::Test {
   test::TempDir tmp_;
 };
 
-TEST_F(SessionFields, ExactInconsistentContentsAreRefused) {
+TEST_F(SessionFields, InconsistentContentsAreRefusedEvenUnderAValidChecksum) {
   const auto E = SessionKind::Exact;
   // pos 151 -> 150: entries and histories no longer match
   expect_edit_refused(E, [](auto& b) { b[kBody] ^= 1; }, "inconsistent with the model");
@@ -500,9 +488,7 @@ TEST_F(SessionFields, ExactInconsistentContentsAreRefused) {
   expect_edit_refused(E, [](auto& b) { b[kBody + 24 + 8 + 6] = 0x01; }, "window start");
   // layer 0 ring-code count: absurdly large, must not allocate
   expect_edit_refused(E, [](auto& b) { b[kBody + 24 + 16 + 7] = 0x10; }, "window ring codes");
-}
 
-TEST_F(SessionFields, CompactInconsistentContentsAreRefused) {
   const auto C = SessionKind::Compact;
   expect_edit_refused(C, [](auto& b) { b[kBody] ^= 1; }, "inconsistent with the model");
   expect_edit_refused(C, [](auto& b) { std::memset(&b[kBody + 8], 0, 4); }, "is not a kv-source layer");
