@@ -131,6 +131,7 @@ int cmd_bench(int argc, char** argv) {
              {"no-scalar", "", "skip the scalar-kernel comparison", ""},
              {"scalar-prefill", "N", "prefill length of the scalar comparison", "128"},
              {"scalar-decode-tokens", "N", "decode steps (at context 0) of the scalar comparison", "8"},
+             {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
              {"json", "", "print the figures as JSON", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
@@ -161,6 +162,7 @@ int cmd_bench(int argc, char** argv) {
   const double triad = measure_triad_bandwidth(&pool, triad_mb << 20, 5);
   const double peak = measure_fma_peak(&pool, 1.0);
   auto model = Model::load(dir);
+  const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
   const int64_t macs = quantized_macs_per_token(*model);
 
   const RunFigures simd = run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, &pool, !as_json);
@@ -170,6 +172,7 @@ int cmd_bench(int argc, char** argv) {
   out["simd_level"] = simd_level_name(simd_level());
   out["machine"] = {{"triad_bytes_per_s", triad}, {"fma_peak_flops", peak}, {"fma_peak_level", simd_level_name(simd_level_supported())}};
   out["quantized_macs_per_token"] = macs;
+  out["locked_bytes"] = locked;
   out["figures"] = figures_json(simd, triad, peak, macs);
   if (!args.flag("no-scalar") && simd_level() != SimdLevel::Scalar) {
     const int64_t rows = gemm_rows > 0 ? std::min<int64_t>(gemm_rows, 64) : 0;

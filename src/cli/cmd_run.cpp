@@ -76,6 +76,7 @@ int cmd_run(int argc, char** argv) {
              {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
              {"load-session", "FILE", "continue a saved sequence: --tokens are appended to it", ""},
              {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
+             {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
              {"json", "", "print generated ids, the top-5 logits of each step and timings as JSON", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
@@ -84,6 +85,7 @@ int cmd_run(int argc, char** argv) {
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   auto t_load = std::chrono::steady_clock::now();
   auto model = Model::load(dir);
+  if (args.flag("mlock")) lock_model_weights(model->weights());
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model->config();
   const std::vector<int32_t> prompt = parse_token_ids(*args.get("tokens"), c.vocab_size);
