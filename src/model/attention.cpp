@@ -69,8 +69,10 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     for (int64_t d = 0; d < Dh; ++d)  // QDQ value: e4m3 * 2^k is exact in bf16
       row[d] = f32_to_bf16(kE4M3Table[kv_codes[s * Dh + d]] * kv_scales[s * (Dh / 32) + d / 32]);
   }
-  // Window keys of earlier calls come from the ring (positions start-W+1 .. start-1).
-  const int64_t prev_first = std::max<int64_t>(0, ctx.start - (W - 1));
+  // Window keys of earlier calls come from the ring (positions start-W+1 .. start-1, none before
+  // the layer's ring_start).
+  const int64_t window_floor = ls.ring_start;
+  const int64_t prev_first = std::min(ctx.start, std::max(window_floor, ctx.start - (W - 1)));
   const int64_t n_prev = ctx.start - prev_first;
   DS41_SCRATCH_CAP(uint16_t, prev, n_prev * Dh, (W - 1) * Dh);  // planned: a full window
   for (int64_t i = 0; i < n_prev; ++i) {
@@ -95,7 +97,10 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   const std::vector<std::vector<int32_t>>* topk = nullptr;
   if (lp.ratio > 0) {
     if (lp.kv_source) {
-      int emitted = compressor_forward(ctx, lp, w, x);
+      // With the caches already holding this call's entries, the source still publishes in a call
+      // where a group completes, as the compressor would have.
+      const int64_t emitted = ctx.global_cache_ready ? (ctx.start + S) / lp.ratio - ctx.start / lp.ratio
+                                                     : compressor_forward(ctx, lp, w, x);
       if (emitted > 0) ctx.state.index_k_publisher = lp.id;
     }
     if (lp.index_source) indexer_forward(ctx, lp, w, x, qr.data());
@@ -124,7 +129,7 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     for (int64_t s = s0; s < s1; ++s) {
       rows.clear();
       const int64_t p = ctx.pos(int(s));
-      for (int64_t k = std::max<int64_t>(0, p - (W - 1)); k <= p; ++k) rows.push_back(window_row(k));
+      for (int64_t k = std::max(window_floor, p - (W - 1)); k <= p; ++k) rows.push_back(window_row(k));
       if (topk)
         for (int32_t e : (*topk)[s]) {
           auto it = std::lower_bound(used_entries.begin(), used_entries.end(), e);

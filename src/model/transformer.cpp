@@ -18,15 +18,21 @@
 
 namespace ds41 {
 
-std::unique_ptr<Model> Model::load(const std::string& dir) {
+std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& progress) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir + ": not a directory (expected a checkpoint directory)");
   std::unique_ptr<Model> m(new Model());
   m->config_ = load_model_dir_config(dir);
   validate_config(m->config_);
   m->plan_ = build_model_plan(m->config_);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
+  const int64_t n_tensors = int64_t(store->size());
+  if (progress) progress("validating", 0, n_tensors);
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
-  m->weights_ = load_model_weights(store, m->plan_);
+  if (progress) progress("validating", n_tensors, n_tensors);
+  m->weights_ = load_model_weights(store, m->plan_, [&](int64_t done, int64_t total) {
+    if (progress) progress("preparing", done, total);
+  });
+  if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
   m->inv_freq_compressed_ = rope_inv_freq(int(c.rope_head_dim), c.compress_rope_theta, c.original_seq_len,
@@ -67,14 +73,18 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
                          const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
                          const std::vector<uint8_t>* image_mask) const {
   const ModelConfig& c = config_;
-  const int S = int(tokens.size());
+  // Rows the call is running: all its tokens, until a CED prefill narrows them at the decoder.
+  int S = int(tokens.size());
   if (S == 0) throw Error("forward: no tokens given");
   for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab_size)
       throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.vocab_size - 1) + ")");
   if (image_mask && int(image_mask->size()) != S) throw Error("forward: image mask length differs from the token count");
-  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos : 0))
+  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos - state.history_start : 0))
     throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
+  // Checks that change nothing come before anything is written to the state.
+  if (opt.bounded_replay) check_bounded_replay(plan_, state, state.pos + S);
+  const bool ced = ced_narrows(c, plan_, opt, S, hooks);
 
   // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
   // is written first, so the call's own earlier tokens are n-gram context.
@@ -87,7 +97,13 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
                                                                             : int64_t(compressed_vocab_[size_t(tokens[size_t(s)])]));
     engram_cols = engram_hash_->columns;
     engram_ids.resize(size_t(S) * engram_hash_->n_layers * engram_cols);
-    engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data());
+    try {
+      engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data(),
+                            state.history_start);
+    } catch (...) {  // leave the state as it was
+      state.engram_history.resize(size_t(state.pos - state.history_start));
+      throw;
+    }
     if (image_mask)
       for (uint8_t m : *image_mask) text_mask.push_back(m ? 0 : 1);
   }
@@ -103,6 +119,7 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
   ctx.topk.swap(topk_store);
   ctx.candidates.swap(candidates_store);
   ctx.topk.resize(plan_.layers.size());
+  if (opt.bounded_replay) begin_bounded_replay(ctx);
 
   const int hc = c.hc_mult;
   const int64_t D = c.dim;
@@ -161,6 +178,7 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
                     size_t(engram_cols) * sizeof(int64_t));
       engram_forward(ctx, lp, w, rows.data(), engram_cols, X.data());
     }
+    if (ced && lp.id == plan_.decoder_start) S = ced_enter_decoder(ctx, lp, w, X, a_in, engram_ids, text_mask);
 
     sublayer(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, w.attn_norm, a_in, attn_mix,
              [&] { attention_forward(ctx, lp, w, hn.data(), y.data()); });
@@ -185,7 +203,7 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
   logits.resize(size_t(rows) * c.vocab_size);
   linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
 
-  state.pos += S;
+  state.pos += int64_t(tokens.size());
   state.token_history.insert(state.token_history.end(), tokens.begin(), tokens.end());
   topk_store.swap(ctx.topk);
   candidates_store.swap(ctx.candidates);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,9 +76,11 @@ struct ModelWeights {
   std::vector<std::vector<uint8_t>> owned;
 };
 
-// Opens nothing itself: `store` must already be checked against the catalogue. Applies the
-// residency hints of advise_model_weights.
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan);
+// Opens nothing itself: `store` must already be checked against the catalogue.
+// `on_layer(done, total)` is called before each plan layer is prepared (progress display).
+// Applies the residency hints of advise_model_weights.
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer = {});
 
 // How the checkpoint's tensors are used, for memory hints (issue #10). Every token reads the
 // "always" tensors; a routed expert is read when the router picks it; Engram table rows are read
