@@ -15,6 +15,7 @@
 #include "kernels/hyper_connection.h"
 #include "kernels/indexer_score.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
 #include "kernels/simd_level.h"
 #include "kernels/sparse_attention.h"
 
@@ -226,6 +227,40 @@ TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
       ScopedSimdLevel level(l);
       hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, fast.data());
       EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " hc=" << c.hc << " D=" << c.D;
+    }
+  }
+}
+
+// Cache dequantizers over every byte pattern: FP4 codes, E8M0 scales including 0 (2^-127, so
+// products are fp32 subnormals) and 255 (NaN), E4M3 scales including NaN, FP8 codes including NaN.
+TEST(SimdAttention, CacheDequantizersMatchTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(15);
+  const int64_t K = 32 * 64;
+  std::vector<uint8_t> packed(static_cast<size_t>(K / 2)), codes(static_cast<size_t>(K));
+  std::vector<uint8_t> e8m0(static_cast<size_t>(K / 32)), e4m3(static_cast<size_t>(K / 16));
+  for (auto& b : packed) b = uint8_t(rng());
+  for (auto& b : codes) b = uint8_t(rng());
+  for (size_t i = 0; i < e8m0.size(); ++i) e8m0[i] = i == 0 ? 0 : i == 1 ? 255 : i == 2 ? 1 : i == 3 ? 254 : uint8_t(rng());
+  for (size_t i = 0; i < e4m3.size(); ++i) e4m3[i] = i == 0 ? 0x7f : i == 1 ? 0 : i == 2 ? 0x80 : uint8_t(rng());
+  codes[5] = 0x7f;
+  codes[100] = 0xff;
+  using Fn = void (*)(const uint8_t*, const uint8_t*, int64_t, uint16_t*);
+  const std::pair<const char*, std::pair<Fn, const std::vector<uint8_t>*>> cases[] = {
+      {"mxfp4", {&mxfp4_dequant_row, &e8m0}}, {"nvfp4", {&nvfp4_dequant_row, &e4m3}}, {"fp8", {&fp8_dequant_row, &e8m0}}};
+  for (const auto& [name, c] : cases) {
+    const uint8_t* data = std::string(name) == "fp8" ? codes.data() : packed.data();
+    std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      c.first(data, c.second->data(), K, twin.data());
+    }
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
+      c.first(data, c.second->data(), K, fast.data());
+      EXPECT_TRUE(same_bits(fast, twin)) << name << " " << simd_level_name(l);
     }
   }
 }

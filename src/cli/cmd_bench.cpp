@@ -67,12 +67,13 @@ RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengt
   return r;
 }
 
-json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_per_token) {
+json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_per_token, int threads) {
   json j;
   j["prefill"] = json::array();
   for (const PrefillFigure& p : r.prefill)
     j["prefill"].push_back({{"tokens", p.tokens},
                             {"seconds", p.seconds},
+                            {"cpu_share", p.cpu_seconds / std::max(p.seconds * threads, 1e-9)},
                             {"tokens_per_s", p.tokens_per_s()},
                             {"quantized_gemm_flops_per_s", 2.0 * double(macs_per_token) * p.tokens_per_s()},
                             {"efficiency_vs_fma_peak", 2.0 * double(macs_per_token) * p.tokens_per_s() / peak}});
@@ -81,6 +82,7 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
     j["decode"].push_back({{"context", d.context},
                            {"steps", d.steps},
                            {"seconds", d.seconds},
+                           {"cpu_share", d.cpu_seconds / std::max(d.seconds * threads, 1e-9)},
                            {"tokens_per_s", d.tokens_per_s()},
                            {"bytes_per_token", d.bytes.total()},
                            {"weight_bytes_per_token", d.bytes.weights},
@@ -99,14 +101,16 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
 void print_figures(const char* title, const json& j) {
   std::printf("%s\n", title);
   for (const auto& p : j["prefill"])
-    std::printf("  prefill %6lld tokens  %9.2f tok/s   quantized GEMMs %8.2f GFLOP/s = %5.1f%% of FMA peak\n",
+    std::printf("  prefill %6lld tokens  %9.2f tok/s   quantized GEMMs %8.2f GFLOP/s = %5.1f%% of FMA peak   (cpu share %.2f)\n",
                 (long long)p["tokens"].get<int64_t>(), p["tokens_per_s"].get<double>(),
-                p["quantized_gemm_flops_per_s"].get<double>() / 1e9, 100.0 * p["efficiency_vs_fma_peak"].get<double>());
+                p["quantized_gemm_flops_per_s"].get<double>() / 1e9, 100.0 * p["efficiency_vs_fma_peak"].get<double>(),
+                p["cpu_share"].get<double>());
   for (const auto& d : j["decode"])
-    std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth\n",
+    std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth   (cpu share %.2f)\n",
                 (long long)d["context"].get<int64_t>(), d["tokens_per_s"].get<double>(),
                 double(d["bytes_per_token"].get<int64_t>()) / 1e6, double(d["kv_bytes_per_token"].get<int64_t>()) / 1e6,
-                d["bytes_per_s"].get<double>() / 1e9, 100.0 * d["efficiency_vs_bandwidth"].get<double>());
+                d["bytes_per_s"].get<double>() / 1e9, 100.0 * d["efficiency_vs_bandwidth"].get<double>(),
+                d["cpu_share"].get<double>());
   if (j.contains("quantized_gemms")) {
     const auto& g = j["quantized_gemms"];
     std::printf("  FP8/FP4 GEMMs alone, %lld rows: %8.2f GFLOP/s = %5.1f%% of FMA peak\n", (long long)g["rows"].get<int64_t>(),
@@ -131,6 +135,7 @@ int cmd_bench(int argc, char** argv) {
              {"no-scalar", "", "skip the scalar-kernel comparison", ""},
              {"scalar-prefill", "N", "prefill length of the scalar comparison", "128"},
              {"scalar-decode-tokens", "N", "decode steps (at context 0) of the scalar comparison", "8"},
+             {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
              {"json", "", "print the figures as JSON", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
@@ -161,6 +166,7 @@ int cmd_bench(int argc, char** argv) {
   const double triad = measure_triad_bandwidth(&pool, triad_mb << 20, 5);
   const double peak = measure_fma_peak(&pool, 1.0);
   auto model = Model::load(dir);
+  const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
   const int64_t macs = quantized_macs_per_token(*model);
 
   const RunFigures simd = run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, &pool, !as_json);
@@ -170,7 +176,8 @@ int cmd_bench(int argc, char** argv) {
   out["simd_level"] = simd_level_name(simd_level());
   out["machine"] = {{"triad_bytes_per_s", triad}, {"fma_peak_flops", peak}, {"fma_peak_level", simd_level_name(simd_level_supported())}};
   out["quantized_macs_per_token"] = macs;
-  out["figures"] = figures_json(simd, triad, peak, macs);
+  out["locked_bytes"] = locked;
+  out["figures"] = figures_json(simd, triad, peak, macs, pool.size());
   if (!args.flag("no-scalar") && simd_level() != SimdLevel::Scalar) {
     const int64_t rows = gemm_rows > 0 ? std::min<int64_t>(gemm_rows, 64) : 0;
     RunFigures s;
@@ -178,7 +185,7 @@ int cmd_bench(int argc, char** argv) {
       ScopedSimdLevel scalar(SimdLevel::Scalar);
       s = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, &pool, !as_json);
     }
-    out["scalar"] = figures_json(s, triad, peak, macs);
+    out["scalar"] = figures_json(s, triad, peak, macs, pool.size());
     // Speed-ups at the scalar run's shapes, measured again at the active level.
     const RunFigures same = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, &pool, false);
     out["speedup_vs_scalar"] = {{"prefill", ratio(same.prefill[0].tokens_per_s(), s.prefill[0].tokens_per_s())},

@@ -75,6 +75,7 @@ int cmd_run(int argc, char** argv) {
       {"load-session", "FILE", "continue a saved sequence: the prompt is appended to it", ""},
       {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
       {"exact", "", "with --save-session: store the window rings too (restore continues bit-identically; default: compact, rings rebuilt by bounded replay)", ""},
+      {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
       {"json", "", "print the result (text parts or ids, per-step top-5 logits for --tokens, timings) as JSON", ""},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs(0.0, 1.0)) specs.push_back(s);
@@ -103,6 +104,7 @@ int cmd_run(int argc, char** argv) {
   {
     ProgressBar bar("loading");
     model = Model::load(dir, [&](const char* stage, int64_t d, int64_t t) { bar.update(stage, d, t); });
+    if (args.flag("mlock")) lock_model_weights(model->weights());
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model->config();

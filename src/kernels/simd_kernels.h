@@ -78,6 +78,10 @@ struct KernelTable {
   // `iterations` rounds of independent fp32 FMA chains at the widest vectors of the level;
   // returns the flops done (2 per lane per FMA). The result lands in *sink (keeps it live).
   double (*fma_peak)(int64_t iterations, float* sink);
+  // Cache rows to bf16 (quant.h), K already validated.
+  void (*mxfp4_dequant_row)(const uint8_t* packed, const uint8_t* e8m0, int64_t K, uint16_t* out);
+  void (*nvfp4_dequant_row)(const uint8_t* packed, const uint8_t* e4m3_scales, int64_t K, uint16_t* out);
+  void (*fp8_dequant_row)(const uint8_t* codes, const uint8_t* e8m0, int64_t K, uint16_t* out);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

@@ -1,23 +1,43 @@
 #include "kernels/simd_level.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "base/error.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 namespace ds41 {
 namespace {
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// XCR0: which register states the OS saves on context switches (AVX and AVX-512 need both the
+// CPU feature and the OS enabling its state).
+uint64_t read_xcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+#endif
+
 SimdLevel detect_supported() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
-  if (!avx2) return SimdLevel::Scalar;
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                      __builtin_cpu_supports("avx512vnni");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return SimdLevel::Scalar;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12), f16c = c & (1u << 29);
+  if (!osxsave || !avx || !fma || !f16c) return SimdLevel::Scalar;
+  const uint64_t xcr0 = read_xcr0();
+  if ((xcr0 & 0x6) != 0x6) return SimdLevel::Scalar;  // XMM and YMM state
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return SimdLevel::Scalar;
+  const bool avx2 = b & (1u << 5), bmi1 = b & (1u << 3), bmi2 = b & (1u << 8);
+  if (!avx2 || !bmi1 || !bmi2) return SimdLevel::Scalar;
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31)) &&  // F DQ BW VL
+                      (c & (1u << 11)) &&                                                            // VNNI
+                      (xcr0 & 0xe0) == 0xe0;  // opmask and ZMM state
   return avx512 ? SimdLevel::Avx512 : SimdLevel::Avx2;
 #else
   return SimdLevel::Scalar;

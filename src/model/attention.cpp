@@ -77,10 +77,7 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   DS41_SCRATCH_CAP(uint16_t, prev, n_prev * Dh, (W - 1) * Dh);  // planned: a full window
   for (int64_t i = 0; i < n_prev; ++i) {
     const int64_t slot = (prev_first + i) % W;
-    const uint8_t* codes = ls.ring_codes.data() + slot * Dh;
-    const uint8_t* scales = ls.ring_scales.data() + slot * (Dh / 32);
-    for (int64_t d = 0; d < Dh; ++d)
-      prev[i * Dh + d] = f32_to_bf16(kE4M3Table[codes[d]] * e8m0_to_f32(scales[d / 32]));
+    fp8_dequant_row(ls.ring_codes.data() + slot * Dh, ls.ring_scales.data() + slot * (Dh / 32), Dh, prev.data() + i * Dh);
   }
   auto window_row = [&](int64_t p) -> const uint16_t* {
     return p >= ctx.start ? kv_n.data() + (p - ctx.start) * Dh : prev.data() + (p - prev_first) * Dh;

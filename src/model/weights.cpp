@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <cerrno>
 #include <cstring>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,12 +12,21 @@ namespace ds41 {
 
 namespace {
 
-void advise_random(const uint8_t* data, size_t bytes) {
+// The page-aligned range covering [data, data + bytes).
+std::pair<void*, size_t> page_range(const uint8_t* data, size_t bytes) {
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
   const uintptr_t end = reinterpret_cast<uintptr_t>(data) + bytes;
-  madvise(reinterpret_cast<void*>(begin), size_t(end - begin), MADV_RANDOM);  // advisory
+  return {reinterpret_cast<void*>(begin), size_t(end - begin)};
 }
+
+void advise(const uint8_t* data, size_t bytes, int advice) {
+  if (!data || bytes == 0) return;
+  const auto [p, n] = page_range(data, bytes);
+  madvise(p, n, advice);  // advisory
+}
+
+void advise_random(const uint8_t* data, size_t bytes) { advise(data, bytes, MADV_RANDOM); }
 
 class Loader {
  public:
@@ -158,7 +168,53 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
     }
     w.blocks.push_back(std::move(b));
   }
+  advise_model_weights(w);
   return w;
+}
+
+WeightUse weight_use(const std::string& name) {
+  if (name.find(".ffn.experts.") != std::string::npos) return WeightUse::RoutedExpert;
+  if (name.find(".engram.embed.") != std::string::npos) return WeightUse::EngramTable;
+  if (name == "embed.weight") return WeightUse::Embedding;
+  return WeightUse::Always;
+}
+
+void advise_model_weights(const ModelWeights& w) {
+  if (w.store)
+    for (const TensorInfo& t : w.store->tensors()) {
+      const WeightUse use = weight_use(t.name);
+      if (use == WeightUse::Always) advise(t.data, t.nbytes, MADV_WILLNEED);
+      else if (use == WeightUse::Embedding) advise(t.data, t.nbytes, MADV_RANDOM);
+    }
+#ifdef MADV_HUGEPAGE
+  for (const auto& buf : w.owned) advise(buf.data(), buf.size(), MADV_HUGEPAGE);
+#endif
+}
+
+int64_t lock_model_weights(const ModelWeights& w) {
+  int64_t locked = 0;
+  if (!w.store) return 0;
+  for (const TensorInfo& t : w.store->tensors()) {
+    const WeightUse use = weight_use(t.name);
+    if (use != WeightUse::Always && use != WeightUse::RoutedExpert) continue;
+    if (!t.data || t.nbytes == 0) continue;
+    const auto [p, n] = page_range(t.data, t.nbytes);
+    if (mlock(p, n) != 0) {
+      const int err = errno;
+      throw Error("--mlock: locking " + std::to_string(n >> 20) + " MiB of '" + t.name + "' failed after " +
+                  std::to_string(locked >> 20) + " MiB (" + std::strerror(err) +
+                  "); raise the locked-memory limit (ulimit -l, or LimitMEMLOCK for a service) or run without --mlock");
+    }
+    locked += int64_t(n);
+  }
+  for (const auto& buf : w.owned) {
+    if (buf.empty()) continue;
+    if (mlock(buf.data(), buf.size()) != 0)
+      throw Error(std::string("--mlock: locking the weights materialised at load failed (") + std::strerror(errno) +
+                  "); raise the locked-memory limit (ulimit -l) or run without --mlock");
+    locked += int64_t(buf.size());
+  }
+  return locked;
 }
 
 }  // namespace ds41

@@ -78,7 +78,26 @@ struct ModelWeights {
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
 // `on_layer(done, total)` is called before each plan layer is prepared (progress display).
+// Applies the residency hints of advise_model_weights.
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
                                 const std::function<void(int64_t, int64_t)>& on_layer = {});
+
+// How the checkpoint's tensors are used, for memory hints (issue #10). Every token reads the
+// "always" tensors; a routed expert is read when the router picks it; Engram table rows are read
+// at hash-random places and the embedding one row per token.
+enum class WeightUse { Always, RoutedExpert, EngramTable, Embedding };
+WeightUse weight_use(const std::string& tensor_name);
+
+// madvise hints, applied at load: MADV_WILLNEED on the tensors every token reads (the kernel
+// starts paging them in at once, asynchronously), nothing on routed experts (read whole when
+// used: default read-ahead; a checkpoint larger than RAM pages them in and out on demand),
+// MADV_RANDOM on Engram tables (set where they are loaded) and the embedding, MADV_HUGEPAGE on the
+// buffers materialised at load (fewer TLB misses). Advisory: failures are ignored.
+void advise_model_weights(const ModelWeights& w);
+
+// mlock(2) of the mapped tensors every token reads and of the routed experts (not the Engram
+// tables, whose touched rows are few and which can be far larger than RAM). Returns the bytes
+// locked; throws ds41::Error when the kernel refuses (with what to do about it).
+int64_t lock_model_weights(const ModelWeights& w);
 
 }  // namespace ds41

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <random>
+#include <sys/resource.h>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
@@ -17,6 +18,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 int64_t fp8_bytes(const Fp8Matrix& w) { return w.N * w.K + ((w.N + 31) / 32) * ((w.K + 31) / 32); }
 int64_t fp4_bytes(const Fp4Matrix& w) { return w.N * w.K / 2 + w.N * (w.K / 32); }
@@ -170,9 +177,10 @@ PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, Se
   state = m.new_sequence();
   reserve_sequence(state, c, m.plan(), std::min<int64_t>(c.max_seq_len, tokens + 256));
   std::vector<float> logits;
+  const double cpu0 = process_cpu_seconds();
   const auto t0 = Clock::now();
   m.forward_into(logits, state, prompt, ForwardOptions{}, pool);
-  return {tokens, seconds_since(t0)};
+  return {tokens, seconds_since(t0), process_cpu_seconds() - cpu0};
 }
 
 DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool) {
@@ -194,10 +202,12 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   DecodeBytes sum;
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t pos = state.pos;
+    const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     m.forward_into(logits, state, token, ForwardOptions{}, pool, &hooks);
     token[0] = argmax_token(logits.data(), c.vocab_size);
     f.seconds += seconds_since(t0);
+    f.cpu_seconds += process_cpu_seconds() - cpu0;
     const DecodeBytes b = decode_bytes_per_token(m, used, pos);
     sum.weights += b.weights;
     sum.kv += b.kv;

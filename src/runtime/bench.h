@@ -42,15 +42,18 @@ DecodeBytes decode_bytes_per_token(const Model& m, const std::vector<int>& exper
 // Multiply-adds of the FP8/FP4 GEMMs per token of a prefill (activated experts included).
 int64_t quantized_macs_per_token(const Model& m);
 
+// seconds = wall time; cpu_seconds = CPU time of the process over the same span (all threads).
+// cpu_seconds / (seconds * threads) is the share of its cores the run actually got: 1 on a quiet
+// machine, lower when other work competes for the cores.
 struct PrefillFigure {
   int64_t tokens = 0;
-  double seconds = 0;
+  double seconds = 0, cpu_seconds = 0;
   double tokens_per_s() const { return seconds > 0 ? double(tokens) / seconds : 0; }
 };
 struct DecodeFigure {
   int64_t context = 0;  // tokens before the first timed step
   int64_t steps = 0;
-  double seconds = 0;
+  double seconds = 0, cpu_seconds = 0;
   DecodeBytes bytes;    // mean per step
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
 };

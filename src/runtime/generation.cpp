@@ -48,7 +48,7 @@ void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std:
   const size_t step = chunk > 0 ? size_t(chunk) : all.size();
   for (size_t i = 0; i < all.size(); i += step) {
     const size_t end = std::min(all.size(), i + step);
-    logits_ = model_.forward(state_, std::vector<int32_t>(all.begin() + long(i), all.begin() + long(end)), forward_, pool_);
+    model_.forward_into(logits_, state_, std::vector<int32_t>(all.begin() + long(i), all.begin() + long(end)), forward_, pool_);
     if (on_progress) on_progress(int64_t(end), int64_t(all.size()));
   }
   pending_.reset();
@@ -59,7 +59,8 @@ void Generation::commit_pending() {
   if (!pending_) return;
   const int32_t tok = *pending_;
   pending_.reset();
-  logits_ = model_.forward(state_, {tok}, forward_, pool_);
+  step_token_[0] = tok;  // decode steps reuse this vector and logits_: no allocation
+  model_.forward_into(logits_, state_, step_token_, forward_, pool_);
 }
 
 std::optional<int32_t> Generation::next_token() {

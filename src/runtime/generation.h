@@ -85,6 +85,7 @@ class Generation {
   ThreadPool* pool_;
   ForwardOptions forward_;
   std::vector<float> logits_;
+  std::vector<int32_t> step_token_ = std::vector<int32_t>(1);
   std::optional<int32_t> pending_;
   GenerationStats last_feed_;
   double feed_start_ = 0;

@@ -5,11 +5,13 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <string>
 #include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
+#include "base/error.h"
 #include "io/safetensors.h"
 #include "runtime/bench.h"
 #include "test_paths.h"
@@ -100,6 +102,44 @@ TEST(Bench, BadOptionsAreErrors) {
   r = run_ds41("bench");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("-m DIR"), std::string::npos) << r.err;
+}
+
+TEST(WeightResidency, ClassifiesTensorsByUse) {
+  EXPECT_EQ(weight_use("layers.3.ffn.experts.17.w2.weight"), WeightUse::RoutedExpert);
+  EXPECT_EQ(weight_use("layers.3.ffn.shared_experts.w2.weight"), WeightUse::Always);
+  EXPECT_EQ(weight_use("layers.1.engram.embed.weight"), WeightUse::EngramTable);
+  EXPECT_EQ(weight_use("layers.1.engram.wkv.weight"), WeightUse::Always);
+  EXPECT_EQ(weight_use("embed.weight"), WeightUse::Embedding);
+  EXPECT_EQ(weight_use("head.weight"), WeightUse::Always);
+}
+
+int64_t locked_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmLck:", 0) == 0) return std::stoll(line.substr(6));
+  return -1;
+}
+
+TEST(WeightResidency, MlockLocksEveryTokenWeight) {
+  auto model = Model::load(test::tiny_model_dir(false));
+  int64_t expected = 0;
+  for (const TensorInfo& t : model->weights().store->tensors())
+    if (weight_use(t.name) == WeightUse::Always || weight_use(t.name) == WeightUse::RoutedExpert)
+      expected += int64_t(t.nbytes);
+  const int64_t before = locked_kib();
+  int64_t locked = 0;
+  try {
+    locked = lock_model_weights(model->weights());
+  } catch (const Error& e) {
+    GTEST_SKIP() << "mlock refused here (locked-memory limit): " << e.what();
+  }
+  EXPECT_GE(locked, expected);  // whole pages, plus the buffers materialised at load
+  if (before >= 0) {
+    EXPECT_GE(locked_kib() - before, expected / 1024);
+  }
+  auto r = run_ds41("run -m " + test::tiny_model_dir(false) + " --max-tokens 2 --mlock --json");
+  EXPECT_EQ(r.status, 0) << r.err;
 }
 
 }  // namespace
