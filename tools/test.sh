@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it:
 #   1. Release build + every CTest test (unit tests, golden conformance, CLI tests);
 #   2. ASan+UBSan build of the same tests;
-#   3. the safetensors header fuzzer for a bounded time (clang/libFuzzer).
+#   3. the libFuzzer targets (safetensors header parser, image decoders) for a bounded time each.
 # Environment: DS41_FUZZ_SECONDS (default 60), DS41_SKIP_SANITIZE=1 to skip step 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,13 +25,16 @@ if [[ "${DS41_SKIP_SANITIZE:-0}" != 1 ]]; then
 fi
 
 if command -v clang++ >/dev/null; then
-  echo "== fuzz: safetensors header parser (${DS41_FUZZ_SECONDS:-60}s)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDS41_FUZZ=ON -DDS41_BUILD_TESTS=OFF >/dev/null
-  cmake --build build-fuzz -j"$jobs" --target safetensors_header_fuzz
-  corpus=$(mktemp -d)
-  cp fuzz/corpus/safetensors_header/* "$corpus"/
-  build-fuzz/safetensors_header_fuzz -max_total_time="${DS41_FUZZ_SECONDS:-60}" -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
-  rm -rf "$corpus"
+  # Each target: its seed corpus copied to a scratch folder, then a bounded run.
+  for target in safetensors_header image_decode; do
+    echo "== fuzz: ${target} (${DS41_FUZZ_SECONDS:-60}s)"
+    cmake --build build-fuzz -j"$jobs" --target "${target}_fuzz"
+    corpus=$(mktemp -d)
+    cp fuzz/corpus/"${target}"/* "$corpus"/
+    build-fuzz/"${target}_fuzz" -max_total_time="${DS41_FUZZ_SECONDS:-60}" -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
+    rm -rf "$corpus"
+  done
 fi
 echo "== all tests passed"
