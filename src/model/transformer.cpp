@@ -25,7 +25,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
   m->plan_ = build_model_plan(m->config_);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
-  m->weights_ = load_model_weights(store, m->plan_);
+  m->weights_ = load_model_weights(store, m->plan_, m->config_.vision_n_layers);
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
   m->inv_freq_compressed_ = rope_inv_freq(int(c.rope_head_dim), c.compress_rope_theta, c.original_seq_len,
