@@ -59,7 +59,7 @@ TEST(VisionTower, GoldenStagesTeacherForcedAndEndToEnd) {
   for (size_t i = 0; i < images.size(); ++i) {
     SCOPED_TRACE("image " + std::to_string(i));
     const int64_t nh = images[i].at("n_vit_h"), nw = images[i].at("n_vit_w"), n = nh * nw;
-    const std::string s = "." + std::to_string(i);
+    const std::string s = std::string(".").append(std::to_string(i));
     const auto pixels = bf16_tensor(exp, "vision.pixels" + s);
     const auto hidden = bf16_tensor(exp, "vision.vit_hidden" + s);  // [layers + 1][n][vd]
     const auto vit_out = bf16_tensor(exp, "vision.vit_out" + s);

@@ -60,6 +60,26 @@ struct ForwardHooks {
   std::function<void(int layer, int s, const std::vector<uint8_t>& keep)> on_candidates;
 };
 
+// Token type of a position (spec engram_dspark_vision.md §C.3): text, or one of the four kinds of
+// image-span position. All span positions carry the image token id; only the type tells them
+// apart (and selects the learned delimiter rows and the VL routing bias).
+enum class TokenType : int8_t { Text = -1, ImageStart = 0, Image = 1, ImageNewline = 2, ImageEnd = 3 };
+
+// Inputs of a forward call besides the token ids (spec §C.6): the token type of every position,
+// and for every position whose type is not Text, in position order, the bf16 row that replaces
+// its token embedding (image_start / image_newline / image_end, or the aligner row of an IMAGE
+// slot). Those positions also route with gate.bias_vl instead of gate.bias and are dead for
+// Engram (no n-gram through them, gate 0). Every position is independent, so a span may be split
+// across calls: prefill, decode and chunked prefill stay bit-identical (slice() cuts a call).
+struct InputEmbeddings {
+  std::vector<int8_t> token_types;  // one TokenType per token of the call
+  std::vector<uint16_t> rows;       // [count of non-text positions][dim] bf16
+
+  // Positions [begin, end) of these inputs, for a call over that part of the tokens.
+  InputEmbeddings slice(int64_t begin, int64_t end, int64_t dim) const;
+  bool all_text() const;
+};
+
 class Model {
  public:
   // Opens a checkpoint directory, validates config and tensors (every problem in one error),
@@ -73,11 +93,12 @@ class Model {
   SequenceState new_sequence() const { return make_sequence_state(config_, plan_); }
 
   // Runs `tokens` at state.pos and advances the state. Returns fp32 logits: [1][vocab] for the
-  // last position, or [S][vocab] with opt.all_logits. `image_mask` (optional, S entries) marks
-  // image-span tokens for the VL routing bias.
+  // last position, or [S][vocab] with opt.all_logits. `inputs` (optional) gives the token types
+  // and the embedding rows of image-span positions (see InputEmbeddings); without it every
+  // position is text.
   std::vector<float> forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
                              ThreadPool* pool, const ForwardHooks* hooks = nullptr,
-                             const std::vector<uint8_t>* image_mask = nullptr) const;
+                             const InputEmbeddings* inputs = nullptr) const;
 
  private:
   Model() = default;
