@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/run_images.h"
 #include "io/safetensors_writer.h"
 #include "model/model.h"
 #include "model/presets.h"
@@ -64,10 +65,11 @@ std::string demo_model_dir() {
 
 int cmd_run(int argc, char** argv) {
   Args args("run", "generate tokens from a prompt of token ids",
-            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--json] [--load-session FILE] [--save-session FILE]",
+            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--image FILE ...] [--max-tokens N] [--temp T] [--json] [--load-session FILE] [--save-session FILE]",
             {{"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
              {"m", "DIR", "same as --model", ""},
              {"tokens", "IDS", "comma-separated prompt token ids", "0,128803,63006,44388,305,4575"},
+             {"image", "FILE", "a PNG/JPEG/WebP image for the next image placeholder id in --tokens (repeatable, in order)", ""},
              {"max-tokens", "N", "tokens to generate", "16"},
              {"temp", "T", "sampling temperature (0 = greedy)", "0"},
              {"top-p", "P", "nucleus sampling threshold (1 = off)", "1"},
@@ -86,7 +88,10 @@ int cmd_run(int argc, char** argv) {
   auto model = Model::load(dir);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model->config();
-  const std::vector<int32_t> prompt = parse_token_ids(*args.get("tokens"), c.vocab_size);
+  // Image placeholders in the ids become image spans (their rows from the vision tower).
+  const RunImages images = prepare_run_images(*model, parse_token_ids(*args.get("tokens"), c.vocab_size),
+                                              args.get_all("image"), &pool);
+  const std::vector<int32_t>& prompt = images.prompt.tokens;
   const int64_t max_tokens = args.get_int("max-tokens", 16);
   if (max_tokens < 0) throw Error("--max-tokens must be >= 0");
   SamplerOptions so;
@@ -125,7 +130,9 @@ int cmd_run(int argc, char** argv) {
   std::vector<float> logits;
   for (size_t i = 0; i < prompt.size(); i += size_t(chunk ? chunk : int64_t(prompt.size()))) {
     size_t end = chunk ? std::min(prompt.size(), i + size_t(chunk)) : prompt.size();
-    logits = model->forward(st, std::vector<int32_t>(prompt.begin() + long(i), prompt.begin() + long(end)), fo, &pool);
+    InputEmbeddings chunk_inputs;
+    logits = model->forward(st, std::vector<int32_t>(prompt.begin() + long(i), prompt.begin() + long(end)), fo, &pool,
+                            nullptr, images.inputs_for(int64_t(i), int64_t(end), c.dim, chunk_inputs));
   }
   auto t1 = std::chrono::steady_clock::now();
   for (int64_t n = 0; n < max_tokens; ++n) {
@@ -157,6 +164,7 @@ int cmd_run(int argc, char** argv) {
     json j;
     j["model"] = dir;
     j["prompt"] = prompt;
+    if (images.any()) j["images"] = images.describe();
     if (!load_path.empty()) j["session_start_pos"] = start_pos;
     j["generated"] = generated;
     j["steps"] = steps;

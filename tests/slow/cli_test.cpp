@@ -169,5 +169,41 @@ TEST(Cli, RunSavesAndContinuesASession) {
   EXPECT_NE(bad.err.find("truncated"), std::string::npos) << bad.err;
 }
 
+// `run --image`: each image fills the next placeholder id (129264 in the tiny preset, as released);
+// bad images and unpaired placeholders are clear errors (chunked prefill with images:
+// vision_forward_test.cpp).
+TEST(Cli, RunTakesImagesForPlaceholderTokens) {
+  test::TempDir tmp;
+  const std::string images = std::string(DS41_SOURCE_DIR) + "/tests/data/vision/images/";
+  const std::string m = "-m " + tmp.path() + "/tiny --threads 2";
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/tiny --quiet --threads 2").status, 0);
+  const std::string two = " --tokens 0,129264,5,129264,9 --image " + images + "rgb_3x2.png --image " + images +
+                          "gray_57x43.jpg --max-tokens 2";
+  auto a = run_ds41("run " + m + two + " --json");
+  ASSERT_EQ(a.status, 0) << a.err;
+  auto j = nlohmann::json::parse(a.out);
+  ASSERT_EQ(j["images"].size(), 2u);
+  // 3 x 2 is upscaled to the 295,936-pixel minimum: 666 x 444 -> 672 x 448, 11 x 16 tokens (spec §C.2).
+  EXPECT_EQ(j["images"][0]["span_length"], 11 * 17 + 2);
+  EXPECT_EQ(j["images"][0]["span_start"], 1);
+  const int64_t len0 = j["images"][0]["span_length"], len1 = j["images"][1]["span_length"];
+  EXPECT_EQ(j["prompt"].size(), size_t(3 + len0 + len1));
+  // Errors: a damaged image, a missing file, placeholders and images that do not pair up.
+  {
+    std::ifstream in(images + "rgb_100x60.png", std::ios::binary);
+    std::string bytes(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(tmp.path() + "/cut.png", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  auto bad = run_ds41("run " + m + " --tokens 0,129264 --image " + tmp.path() + "/cut.png --max-tokens 1");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("cut.png: not a valid PNG image"), std::string::npos) << bad.err;
+  auto missing = run_ds41("run " + m + " --tokens 0,129264 --image " + tmp.path() + "/none.png --max-tokens 1");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("none.png: cannot open"), std::string::npos) << missing.err;
+  auto unpaired = run_ds41("run " + m + " --tokens 0,5 --image " + images + "rgb_3x2.png --max-tokens 1");
+  EXPECT_EQ(unpaired.status, 1);
+  EXPECT_NE(unpaired.err.find("0 image placeholder tokens (id 129264) but 1 image"), std::string::npos) << unpaired.err;
+}
+
 }  // namespace
 }  // namespace ds41

@@ -1,0 +1,51 @@
+#include "cli/run_images.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "vision/image_decode.h"
+
+namespace ds41::cli {
+
+RunImages prepare_run_images(const Model& model, const std::vector<int32_t>& prompt,
+                             const std::vector<std::string>& image_files, ThreadPool* pool) {
+  RunImages r;
+  r.files = image_files;
+  std::vector<RgbImage> images;
+  for (const std::string& f : image_files) images.push_back(read_image_file(f));
+  const int64_t id = model.config().image_token_id;
+  bool placeholders = false;
+  for (int32_t t : prompt) placeholders |= t == id;
+  if (images.empty() && !placeholders) {
+    r.prompt.tokens = prompt;
+    return r;
+  }
+  try {
+    r.prompt = build_image_prompt(model, prompt, images, pool);
+  } catch (const Error& e) {
+    throw Error(std::string("--image / --tokens: ") + e.what());
+  }
+  return r;
+}
+
+const InputEmbeddings* RunImages::inputs_for(int64_t begin, int64_t end, int64_t dim, InputEmbeddings& storage) const {
+  if (prompt.spans.empty()) return nullptr;
+  storage = prompt.inputs.slice(begin, end, dim);
+  return &storage;
+}
+
+nlohmann::json RunImages::describe() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < prompt.spans.size(); ++i) {
+    const ImageSpan& s = prompt.spans[i];
+    out.push_back({{"file", i < files.size() ? files[i] : ""},
+                   {"resized", {s.grid.best_width, s.grid.best_height}},
+                   {"vit_grid", {s.grid.n_vit_h, s.grid.n_vit_w}},
+                   {"token_grid", {s.grid.n_llm_h, s.grid.n_llm_w}},
+                   {"span_start", s.start},
+                   {"span_length", s.length()}});
+  }
+  return out;
+}
+
+}  // namespace ds41::cli
