@@ -171,6 +171,7 @@ int cmd_run(int argc, char** argv) {
     j["timing"] = {{"load_s", load_s}, {"prefill_s", prefill_s}, {"prefill_tokens_per_s", double(prompt.size()) / prefill_s},
                    {"decode_s", decode_s}, {"decode_tokens_per_s", decode_tps}, {"threads", pool.size()},
                    {"peak_rss_bytes", peak_rss_bytes()}};
+    if (images.any()) j["timing"]["vision_s"] = images.seconds;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("\n");

@@ -1,5 +1,7 @@
 #include "cli/run_images.h"
 
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -9,6 +11,7 @@ namespace ds41::cli {
 
 RunImages prepare_run_images(const Model& model, const std::vector<int32_t>& prompt,
                              const std::vector<std::string>& image_files, ThreadPool* pool) {
+  const auto t0 = std::chrono::steady_clock::now();
   RunImages r;
   r.files = image_files;
   std::vector<RgbImage> images;
@@ -25,6 +28,7 @@ RunImages prepare_run_images(const Model& model, const std::vector<int32_t>& pro
   } catch (const Error& e) {
     throw Error(std::string("--image / --tokens: ") + e.what());
   }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 

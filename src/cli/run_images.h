@@ -22,6 +22,7 @@ namespace ds41::cli {
 struct RunImages {
   ImagePrompt prompt;           // expanded ids, token types and span rows
   std::vector<std::string> files;
+  double seconds = 0;           // decoding, preprocessing and the vision tower
   bool any() const { return !files.empty(); }
   // Inputs of the prefill call over tokens [begin, end) of the expanded prompt (nullptr when the
   // prompt has no images, so text-only runs take the plain path).

@@ -45,30 +45,41 @@ void rotate_half_split(uint16_t* x, const float* cos, const float* sin, int half
 }
 
 // Bidirectional attention of all n patches, per head, on rotated q/k and v taken from qkv
-// [n][3 * vd]; output o [n][vd] bf16.
+// [n][3 * vd]; output o [n][vd] bf16. Every sum runs over the patches in increasing order.
 void attention(const uint16_t* qkv, int64_t n, int heads, int64_t hd, uint16_t* o, ThreadPool* pool) {
   const int64_t vd = int64_t(heads) * hd;
   // sqrt(softmax scale) in double, applied to q and to k as an fp32 scalar.
   const float half_scale = float(std::sqrt(1.0 / std::sqrt(double(hd))));
-  // fp32 copies: q and k pre-scaled, v widened.
-  std::vector<float> q(size_t(n * vd)), k(size_t(n * vd)), v(size_t(n * vd));
+  // fp32 copies per head: q [heads][n][hd] and v [heads][n][hd], k transposed [heads][hd][n] so
+  // that one query's scores accumulate over d for all keys at once (each score is still the sum
+  // over d in increasing order; the loop over keys is what vectorises).
+  std::vector<float> q(size_t(n * vd)), kt(size_t(n * vd)), v(size_t(n * vd));
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t d = 0; d < vd; ++d) {
-      q[size_t(i * vd + d)] = bf16_to_f32(qkv[i * 3 * vd + d]) * half_scale;
-      k[size_t(i * vd + d)] = bf16_to_f32(qkv[i * 3 * vd + vd + d]) * half_scale;
-      v[size_t(i * vd + d)] = bf16_to_f32(qkv[i * 3 * vd + 2 * vd + d]);
-    }
+    for (int h = 0; h < heads; ++h)
+      for (int64_t d = 0; d < hd; ++d) {
+        const size_t at = size_t((h * n + i) * hd + d);
+        q[at] = bf16_to_f32(qkv[i * 3 * vd + h * hd + d]) * half_scale;
+        kt[size_t((h * hd + d) * n + i)] = bf16_to_f32(qkv[i * 3 * vd + vd + h * hd + d]) * half_scale;
+        v[at] = bf16_to_f32(qkv[i * 3 * vd + 2 * vd + h * hd + d]);
+      }
   parallel_for(pool, int64_t(heads) * n, [&](int64_t r0, int64_t r1) {
+    std::vector<double> score(static_cast<size_t>(n));
     std::vector<float> p(static_cast<size_t>(n));
+    std::vector<double> acc(static_cast<size_t>(hd));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t h = r / n, i = r % n;
-      const float* qi = q.data() + i * vd + h * hd;
+      const float* qi = q.data() + (h * n + i) * hd;
+      const float* kh = kt.data() + h * hd * n;
+      const float* vh = v.data() + h * n * hd;
+      std::fill(score.begin(), score.end(), 0.0);
+      for (int64_t d = 0; d < hd; ++d) {
+        const double qd = qi[d];
+        const float* kd = kh + d * n;
+        for (int64_t j = 0; j < n; ++j) score[size_t(j)] += qd * double(kd[j]);
+      }
       float mx = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {
-        const float* kj = k.data() + j * vd + h * hd;
-        double s = 0;
-        for (int64_t d = 0; d < hd; ++d) s += double(qi[d]) * double(kj[d]);
-        p[size_t(j)] = float(s);
+        p[size_t(j)] = float(score[size_t(j)]);
         mx = std::max(mx, p[size_t(j)]);
       }
       double sum = 0;
@@ -77,12 +88,13 @@ void attention(const uint16_t* qkv, int64_t n, int heads, int64_t hd, uint16_t* 
         sum += p[size_t(j)];
       }
       const float inv = 1.0f / float(sum);
-      for (int64_t j = 0; j < n; ++j) p[size_t(j)] *= inv;
-      for (int64_t d = 0; d < hd; ++d) {
-        double acc = 0;
-        for (int64_t j = 0; j < n; ++j) acc += double(p[size_t(j)]) * double(v[size_t(j * vd + h * hd + d)]);
-        o[i * vd + h * hd + d] = f32_to_bf16(float(acc));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        const double pj = double(p[size_t(j)] * inv);
+        const float* vj = vh + j * hd;
+        for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] += pj * double(vj[d]);
       }
+      for (int64_t d = 0; d < hd; ++d) o[i * vd + h * hd + d] = f32_to_bf16(float(acc[size_t(d)]));
     }
   });
 }
