@@ -10,5 +10,6 @@ int cmd_conform(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_dump(int argc, char** argv);
 int cmd_engram(int argc, char** argv);
+int cmd_prompt(int argc, char** argv);
 
 }  // namespace ds41::cli

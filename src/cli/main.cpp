@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {"inspect", ds41::cli::cmd_inspect, "describe a checkpoint or config (layer plan, tensors, KV bytes, validation)"},
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
     {"engram", ds41::cli::cmd_engram, "print the Engram hash rows of a sequence"},
+    {"prompt", ds41::cli::cmd_prompt, "print the prompt text of an OpenAI-style conversation"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
 };
 

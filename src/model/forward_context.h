@@ -54,6 +54,10 @@ std::vector<uint8_t> candidate_pool_row(const float* scores, int64_t width, int6
                                         int block_size);
 // Top-k entry ids of a score row (ties: lower index first), ascending; entries >= count dropped.
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k);
+// Engram table rows ids[0..n) (checked by the caller) dequantized to bf16 out [n][head_dim] (§A.7),
+// read from the mmap'd table with a WILLNEED hint first.
+void engram_gather_rows(const BlockWeights& w, int64_t head_dim, const int64_t* ids, int64_t n, uint16_t* out,
+                        ThreadPool* pool);
 // Engram before an Engram block: row_ids [S][cols] (this layer's hash rows), X [S][hc][dim] updated
 // in place.
 void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const int64_t* row_ids,

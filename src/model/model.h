@@ -83,13 +83,17 @@ struct InputEmbeddings {
 class Model {
  public:
   // Opens a checkpoint directory, validates config and tensors (every problem in one error),
-  // and prepares the weights (zero-copy where the layout allows).
-  static std::unique_ptr<Model> load(const std::string& dir);
+  // and prepares the weights (zero-copy where the layout allows). `progress(stage, done, total)`
+  // reports the steps for a progress display: "validating" (tensors), "preparing" (layers).
+  using LoadProgress = std::function<void(const char* stage, int64_t done, int64_t total)>;
+  static std::unique_ptr<Model> load(const std::string& dir, const LoadProgress& progress = {});
 
   const ModelConfig& config() const { return config_; }
   const ModelPlan& plan() const { return plan_; }
   const ModelWeights& weights() const { return weights_; }
   const std::vector<int32_t>& compressed_vocab() const { return compressed_vocab_; }
+  // Engram hashing constants; null for a model without Engram layers.
+  const EngramHashParams* engram_hash() const { return engram_hash_.get(); }
   SequenceState new_sequence() const { return make_sequence_state(config_, plan_); }
 
   // Runs `tokens` at state.pos and advances the state. Returns fp32 logits: [1][vocab] for the

@@ -17,15 +17,21 @@
 
 namespace ds41 {
 
-std::unique_ptr<Model> Model::load(const std::string& dir) {
+std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& progress) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir + ": not a directory (expected a checkpoint directory)");
   std::unique_ptr<Model> m(new Model());
   m->config_ = load_model_dir_config(dir);
   validate_config(m->config_);
   m->plan_ = build_model_plan(m->config_);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
+  const int64_t n_tensors = int64_t(store->size());
+  if (progress) progress("validating", 0, n_tensors);
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
-  m->weights_ = load_model_weights(store, m->plan_, m->config_.vision_n_layers);
+  if (progress) progress("validating", n_tensors, n_tensors);
+  m->weights_ = load_model_weights(
+      store, m->plan_, [&](int64_t done, int64_t total) { if (progress) progress("preparing", done, total); },
+      m->config_.vision_n_layers);
+  if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
   m->inv_freq_compressed_ = rope_inv_freq(int(c.rope_head_dim), c.compress_rope_theta, c.original_seq_len,

@@ -79,14 +79,17 @@ class Loader {
 
 }  // namespace
 
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan, int vision_layers) {
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer, int vision_layers) {
   ModelWeights w;
   w.store = store;
   Loader L(*store, w);
   w.embed = L.bf16("embed.weight");
   w.head = L.bf16("head.weight");
   w.norm = L.bf16("norm.weight");
+  int64_t layers_done = 0;
   for (const LayerPlan& lp : plan.layers) {
+    if (on_layer) on_layer(layers_done++, int64_t(plan.layers.size()));
     BlockWeights b;
     const std::string& p = lp.prefix;
     b.attn_norm = L.bf16(p + "attn_norm.weight");

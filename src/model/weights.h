@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,7 +105,9 @@ struct ModelWeights {
 };
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
-// The vision tower's tensors are loaded when `vision_layers` > 0.
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan, int vision_layers = 0);
+// `on_layer(done, total)` is called before each plan layer is prepared (progress display). The
+// vision tower's tensors are loaded when `vision_layers` > 0.
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer = {}, int vision_layers = 0);
 
 }  // namespace ds41

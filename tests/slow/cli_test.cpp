@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
+#include "../tiny_model.h"
 
 namespace ds41 {
 namespace {
@@ -203,6 +204,23 @@ TEST(Cli, RunTakesImagesForPlaceholderTokens) {
   auto unpaired = run_ds41("run " + m + " --tokens 0,5 --image " + images + "rgb_3x2.png --max-tokens 1");
   EXPECT_EQ(unpaired.status, 1);
   EXPECT_NE(unpaired.err.find("0 image placeholder tokens (id 129264) but 1 image"), std::string::npos) << unpaired.err;
+}
+
+TEST(Cli, EngramBenchReportsRowsPerTokenOfThePlan) {
+  const ModelConfig c = test::tiny_config(true);
+  auto r = run_ds41("engram -m " + test::tiny_model_dir(true) + " --bench --positions 8 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const int64_t rows = int64_t(c.engram_layer_ids.size()) * (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  EXPECT_EQ(j["rows_per_token"], rows);
+  EXPECT_EQ(j["bytes_read_per_token"], rows * (c.engram_head_dim + c.engram_head_dim / 32));
+  for (const char* k : {"hash_us_per_token", "gather_cold_us_per_token", "gather_warm_us_per_token",
+                        "engram_step_us_per_token", "decode_step_us"})
+    EXPECT_GT(j[k].get<double>(), 0.0) << k;
+  // A model without Engram is a clear error.
+  auto none = run_ds41("engram -m " + test::tiny_model_dir(false) + " --bench --positions 8");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("no Engram"), std::string::npos) << none.err;
 }
 
 }  // namespace
