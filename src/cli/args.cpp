@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "model/model.h"
 
 namespace ds41::cli {
 
@@ -160,6 +161,12 @@ int resolve_threads(int64_t requested) {
   }
   if (requested > 1024) throw Error("--threads " + std::to_string(requested) + " is more than 1024");
   return int(requested);
+}
+
+PrefillMode parse_prefill_mode(const std::string& s) {
+  if (s == "full") return PrefillMode::Full;
+  if (s == "ced") return PrefillMode::Ced;
+  throw Error("--prefill: unknown mode '" + s + "' (expected full or ced)");
 }
 
 }  // namespace ds41::cli

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace ds41 {
+enum class PrefillMode;  // model/model.h
+}
+
 namespace ds41::cli {
 
 struct OptionSpec {
@@ -47,6 +51,9 @@ class Args {
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& what);
 // Token ids: parse_int_list plus a range check against the vocabulary.
 std::vector<int32_t> parse_token_ids(const std::string& s, int64_t vocab, const std::string& what = "--tokens");
+
+// --prefill full|ced.
+PrefillMode parse_prefill_mode(const std::string& s);
 
 // Threads: --threads N (0 = all cores).
 int resolve_threads(int64_t requested);

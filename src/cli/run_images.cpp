@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "text/dsml_tokens.h"
+#include "text/tokenizer.h"
 #include "vision/image_decode.h"
 
 namespace ds41::cli {
@@ -32,10 +34,19 @@ RunImages prepare_run_images(const Model& model, const std::vector<int32_t>& pro
   return r;
 }
 
-const InputEmbeddings* RunImages::inputs_for(int64_t begin, int64_t end, int64_t dim, InputEmbeddings& storage) const {
-  if (prompt.spans.empty()) return nullptr;
-  storage = prompt.inputs.slice(begin, end, dim);
-  return &storage;
+void check_tokenizer_image_token(const Tokenizer& tok, const ModelConfig& c) {
+  const std::vector<int32_t> ids = tok.encode(dsml::kImage);
+  if (ids.size() != 1 || ids[0] != c.image_token_id)
+    throw Error("--image with -p: this tokenizer does not encode " + std::string(dsml::kImage) + " as the model's image token id " +
+                std::to_string(c.image_token_id) + " (use the model's own tokenizer.json, or give --tokens with the id)");
+}
+
+nlohmann::ordered_json user_content_with_images(const std::string& text, const std::vector<std::string>& files) {
+  if (files.empty()) return text;
+  nlohmann::ordered_json content = nlohmann::ordered_json::array();
+  for (const std::string& f : files) content.push_back({{"type", "image_url"}, {"image_url", {{"url", f}}}});
+  content.push_back({{"type", "text"}, {"text", text}});
+  return content;
 }
 
 nlohmann::json RunImages::describe() const {

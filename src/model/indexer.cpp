@@ -7,8 +7,10 @@
 #include <limits>
 #include <numeric>
 
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
+#include "kernels/indexer_score.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
@@ -18,13 +20,21 @@
 namespace ds41 {
 
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k) {
-  // torch.topk(sorted=False) tie behaviour (kernels/topk.h), then ascending like the reference.
-  std::vector<int32_t> picked = torch_topk_largest(scores, width, std::min<int64_t>(k, width), /*sorted=*/false);
   std::vector<int32_t> out;
+  select_topk_row(scores, width, count, k, out);
+  return out;
+}
+
+void select_topk_row(const float* scores, int64_t width, int64_t count, int k, std::vector<int32_t>& out) {
+  // torch.topk(sorted=False) tie behaviour (kernels/topk.h), then ascending like the reference.
+  DS41_SCRATCH_EMPTY(int32_t, picked);
+  scratch_reserve(picked, size_t(std::max(k, 0)));  // rows hold up to k ids: planned
+  scratch_reserve(out, size_t(std::max(k, 0)));
+  torch_topk_largest(scores, width, std::min<int64_t>(k, width), /*sorted=*/false, picked);
+  out.clear();
   for (int32_t e : picked)
     if (e < count) out.push_back(e);  // unreachable picks become -1 in the reference
   std::sort(out.begin(), out.end());
-  return out;
 }
 
 void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
@@ -34,7 +44,8 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   const int64_t D = c.dim, NH = c.index_n_heads, IH = c.index_head_dim, R = c.rope_head_dim;
   const int64_t total = (ctx.start + S) / m;  // entries that exist after this call's writes
   auto& out = ctx.topk[lp.id];
-  out.assign(size_t(S), {});
+  out.resize(size_t(S));  // rows keep their capacity from earlier calls
+  for (auto& row : out) row.clear();
   if (total == 0) {  // the reference skips the indexer while nothing is compressed
     if (ctx.hooks && ctx.hooks->on_topk)
       for (int s = 0; s < S; ++s) ctx.hooks->on_topk(lp.id, s, out[s]);
@@ -46,15 +57,18 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   if (!ctx.opt.corrected_index_keys && ctx.state.index_k_publisher >= 0) key_layer = ctx.state.index_k_publisher;
   const LayerState& keys = ctx.state.layers[key_layer];
   // Keys as bf16; rows the publisher never wrote read as zeros, like the reference's zeroed buffer.
-  std::vector<uint16_t> K(size_t(total) * IH, 0);
+  // Rows that grow with the context are sized for the planned sequence (reserve_sequence).
+  const int64_t planned = std::max<int64_t>(total, ctx.state.reserved_tokens / m);
+  DS41_SCRATCH_CAP(uint16_t, K, total * IH, planned * IH);
   for (int64_t t = 0; t < std::min<int64_t>(total, keys.entries); ++t)
     mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH, K.data() + t * IH);
 
   // Queries: FP8 projection of qr, RoPE on the tail, MXFP4 QDQ per head.
-  std::vector<uint16_t> qi(size_t(S) * NH * IH);
+  DS41_SCRATCH(uint16_t, qi, int64_t(S) * NH * IH);
   linear_fp8(qr, S, w.idx_wq_b, qi.data(), ctx.pool);
   const std::vector<float>& f = ctx.inv_freq(lp);
-  std::vector<float> cs(f.size()), sn(f.size());
+  DS41_SCRATCH(float, cs, f.size());
+  DS41_SCRATCH(float, sn, f.size());
   for (int s = 0; s < S; ++s) {
     rope_cos_sin_row(f.data(), int(f.size()), ctx.pos(s), cs.data(), sn.data());
     for (int64_t h = 0; h < NH; ++h) {
@@ -64,16 +78,20 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     }
   }
   // Head weights: bf16(weights_proj(x)) * (IH^-1/2 * NH^-1/2), rounded to bf16 again.
-  std::vector<uint16_t> wts(size_t(S) * NH);
+  DS41_SCRATCH(uint16_t, wts, int64_t(S) * NH);
   linear_bf16(x, S, w.idx_weights_proj, NH, D, wts.data(), ctx.pool);
   const float wscale = float(std::pow(double(IH), -0.5) * std::pow(double(NH), -0.5));
   for (auto& v : wts) v = f32_to_bf16(bf16_to_f32(v) * wscale);
 
   const bool pool_source = lp.candidate_source;
-  const bool pool_restricted = lp.uses_candidates && !ctx.candidates.empty();
-  if (pool_source) ctx.candidates.assign(size_t(S), {});
+  const bool pool_restricted = lp.uses_candidates && ctx.candidates_built;
+  if (pool_source) {
+    ctx.candidates.resize(size_t(S));
+    ctx.candidates_built = true;
+  }
   parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
-    std::vector<float> score(static_cast<size_t>(total));
+    DS41_SCRATCH_CAP(float, score, total, planned);
+    torch_topk_reserve(planned);
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t count = (ctx.pos(int(s)) + 1) / m;  // entries whose whole group is visible
       if (ctx.hooks && ctx.hooks->pin_topk) {
@@ -87,24 +105,14 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
       // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
       // only changes how exact ties are broken. Using the visible width in every call shape keeps
       // prefill, decode and chunked calls identical and equal to the reference's decode.
-      for (int64_t t = 0; t < count; ++t) {
-        float acc = 0.f;
-        for (int64_t h = 0; h < NH; ++h) {
-          const uint16_t* qv = qi.data() + (s * NH + h) * IH;
-          const uint16_t* kv = K.data() + t * IH;
-          float dot = 0.f;
-          for (int64_t d = 0; d < IH; ++d) dot += bf16_to_f32(qv[d]) * bf16_to_f32(kv[d]);
-          float r = std::max(round_bf16(dot), 0.f);
-          acc += round_bf16(r * bf16_to_f32(wts[s * NH + h]));
-        }
-        score[t] = round_bf16(acc);
-      }
+      indexer_scores(qi.data() + s * NH * IH, wts.data() + s * NH, int(NH), IH, K.data(), count, score.data());
       if (pool_source)
-        ctx.candidates[s] = candidate_pool_row(score.data(), count, count, c.candidate_topk_blocks, c.candidate_block_size);
+        candidate_pool_row(score.data(), count, count, c.candidate_topk_blocks, c.candidate_block_size, ctx.candidates[s],
+                           planned);
       if (pool_restricted)
         for (int64_t t = 0; t < count; ++t)
           if (!ctx.candidates[s][t]) score[t] = -std::numeric_limits<float>::infinity();
-      out[s] = select_topk_row(score.data(), count, count, c.index_topk);
+      select_topk_row(score.data(), count, count, c.index_topk, out[s]);
     }
   });
   if (ctx.hooks && ctx.hooks->on_topk)

@@ -29,6 +29,17 @@ class ThreadPool;
 // text/compressed_vocab.h); `ds41 mkmodel` writes one when no tokenizer is given.
 inline constexpr const char* kEngramMapFileName = "engram_compressed_vocab.bin";
 
+// How a forward call runs the decoder layers (CED: tech report §2.2 and §3.2.2, seed §3).
+enum class PrefillMode {
+  Full,  // every layer over every token: exact
+  // A call longer than the window runs the encoder layers (before ModelPlan::decoder_start) over
+  // every token and the decoder layers over its last `window_size` tokens only, their windows
+  // starting at the first of them (bounded replay). The decoder's global KV is still built for
+  // every token (exact); the decoder's window rings are approximate. Calls no longer than the
+  // window are identical to Full.
+  Ced,
+};
+
 struct ForwardOptions {
   // false (default) = the reference: an index source reads the index keys most recently
   // *published*, and a kv source publishes only in a call where its compressor emitted a latent,
@@ -37,6 +48,12 @@ struct ForwardOptions {
   // true = the corrected reading: every indexer reads its own kv source's keys.
   bool corrected_index_keys = false;
   bool all_logits = false;  // logits for every position of the call, not just the last
+  PrefillMode prefill = PrefillMode::Full;
+  // Bounded replay (tech report §3.2.2): the call re-runs the last tokens of a sequence whose global
+  // caches (compressed KV, index keys, compressor partial groups) already hold them, to rebuild the
+  // window rings. Compressors do not run, and every layer's window starts at the call's first
+  // position. The caches must end exactly where the call ends. See Model::replay_window.
+  bool bounded_replay = false;
 };
 
 // Observation and intervention points, used by `ds41 dump` and `ds41 conform` (teacher forcing,
@@ -103,6 +120,25 @@ class Model {
   std::vector<float> forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
                              ThreadPool* pool, const ForwardHooks* hooks = nullptr,
                              const InputEmbeddings* inputs = nullptr) const;
+  // Same, into `logits` (resized; its capacity is reused). With the sequence's caches reserved
+  // (reserve_sequence) and after a first call of the same shape, a call allocates nothing.
+  void forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                    const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks = nullptr,
+                    const InputEmbeddings* inputs = nullptr) const;
+
+  // Rebuilds every layer's window ring of a sequence whose global caches are complete but whose
+  // rings are not (a compact session): re-runs its last min(window_size, pos) tokens — which the
+  // state's history must hold — as a bounded replay (model/replay.cpp). When pos <= window the
+  // replay recomputes the rings exactly (with the reference's index-key reading only if the
+  // sequence was fed in one call: that reading depends on the call pattern); beyond, the first
+  // replayed positions see a truncated window. Returns the last position's logits. `opt` supplies
+  // the numerics options (corrected_index_keys).
+  // Refuses (ds41::Error) a window holding image-span positions: see replay_window_has_images.
+  std::vector<float> replay_window(SequenceState& state, const ForwardOptions& opt, ThreadPool* pool) const;
+  // Whether the last min(window_size, pos) positions include image-span positions (the image
+  // token id with vision on, or an Engram-dead position). A replay re-embeds tokens, and those
+  // positions' rows came from the vision tower, so such a window cannot be replayed.
+  bool replay_window_has_images(const SequenceState& state) const;
 
  private:
   Model() = default;

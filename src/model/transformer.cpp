@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/hyper_connection.h"
@@ -80,8 +81,17 @@ bool InputEmbeddings::all_text() const {
 
 std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
                                   ThreadPool* pool, const ForwardHooks* hooks, const InputEmbeddings* inputs) const {
+  std::vector<float> logits;
+  forward_into(logits, state, tokens, opt, pool, hooks, inputs);
+  return logits;
+}
+
+void Model::forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                         const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
+                         const InputEmbeddings* inputs) const {
   const ModelConfig& c = config_;
-  const int S = int(tokens.size());
+  // Rows the call is running: all its tokens, until a CED prefill narrows them at the decoder.
+  int S = int(tokens.size());
   if (S == 0) throw Error("forward: no tokens given");
   for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab_size)
@@ -104,13 +114,16 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
       image_mask = &image_mask_storage;
     }
   }
-  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos : 0))
+  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos - state.history_start : 0))
     throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
+  // Checks that change nothing come before anything is written to the state.
+  if (opt.bounded_replay) check_bounded_replay(plan_, state, state.pos + S);
+  const bool ced = ced_narrows(c, plan_, opt, S, hooks);
 
   // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
   // is written first, so the call's own earlier tokens are n-gram context.
-  std::vector<int64_t> engram_ids;
-  std::vector<uint8_t> text_mask;
+  DS41_SCRATCH_EMPTY(int64_t, engram_ids);
+  DS41_SCRATCH_EMPTY(uint8_t, text_mask);
   int engram_cols = 0;
   if (engram_hash_) {
     for (int s = 0; s < S; ++s)
@@ -118,7 +131,13 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                                                                             : int64_t(compressed_vocab_[size_t(tokens[size_t(s)])]));
     engram_cols = engram_hash_->columns;
     engram_ids.resize(size_t(S) * engram_hash_->n_layers * engram_cols);
-    engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data());
+    try {
+      engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data(),
+                            state.history_start);
+    } catch (...) {  // leave the state as it was
+      state.engram_history.resize(size_t(state.pos - state.history_start));
+      throw;
+    }
     if (image_mask)
       for (uint8_t m : *image_mask) text_mask.push_back(m ? 0 : 1);
   }
@@ -127,13 +146,20 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
                      inv_freq_plain_, inv_freq_compressed_};
   ctx.start = state.pos;
   ctx.S = S;
+  // The per-call top-k lists and candidate pool keep their capacity from call to call (on this
+  // thread); they are handed back below.
+  static thread_local std::vector<std::vector<std::vector<int32_t>>> topk_store;
+  static thread_local std::vector<std::vector<uint8_t>> candidates_store;
+  ctx.topk.swap(topk_store);
+  ctx.candidates.swap(candidates_store);
   ctx.topk.resize(plan_.layers.size());
+  if (opt.bounded_replay) begin_bounded_replay(ctx);
 
   const int hc = c.hc_mult;
   const int64_t D = c.dim;
   const float norm_eps = float(c.norm_eps), hc_eps = float(c.hc_eps);
   // Stream X [S][hc][D]: every copy starts as the embedding (§7).
-  std::vector<uint16_t> X(size_t(S) * hc * D);
+  DS41_SCRATCH(uint16_t, X, int64_t(S) * hc * D);
   for (int s = 0; s < S; ++s)
     for (int ci = 0; ci < hc; ++ci)
       std::memcpy(X.data() + (int64_t(s) * hc + ci) * D, weights_.embed + int64_t(tokens[s]) * D, size_t(D) * 2);
@@ -145,17 +171,25 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
       row += D;
     }
   }
-  std::vector<float> a_in(size_t(S) * hc, 0.f);  // one-hot [1,0,..] for layer 0, exactly 1.0
+  DS41_SCRATCH(float, a_in, int64_t(S) * hc);  // one-hot [1,0,..] for layer 0, exactly 1.0
   for (int s = 0; s < S; ++s) a_in[int64_t(s) * hc] = 1.f;
 
   // Coefficients of one sublayer for every token of the call (§7).
   struct HcMix {
-    std::vector<float> pre, post, comb;
+    std::vector<float>&pre, &post, &comb;
   };
   const size_t n_mix = size_t(S) * hc;
-  HcMix attn_mix{std::vector<float>(n_mix), std::vector<float>(n_mix), std::vector<float>(n_mix * hc)};
-  HcMix ffn_mix = attn_mix;
-  std::vector<uint16_t> h(size_t(S) * D), hn(size_t(S) * D), y(size_t(S) * D);
+  DS41_SCRATCH(float, attn_pre, n_mix);
+  DS41_SCRATCH(float, attn_post, n_mix);
+  DS41_SCRATCH(float, attn_comb, n_mix * hc);
+  DS41_SCRATCH(float, ffn_pre, n_mix);
+  DS41_SCRATCH(float, ffn_post, n_mix);
+  DS41_SCRATCH(float, ffn_comb, n_mix * hc);
+  HcMix attn_mix{attn_pre, attn_post, attn_comb};
+  HcMix ffn_mix{ffn_pre, ffn_post, ffn_comb};
+  DS41_SCRATCH(uint16_t, h, int64_t(S) * D);
+  DS41_SCRATCH(uint16_t, hn, int64_t(S) * D);
+  DS41_SCRATCH(uint16_t, y, int64_t(S) * D);
   // One hyper-connected sublayer: coefficients from the stream, input = norm(hc_pre(X, mix_in)),
   // then X = hc_post(body(input), X) in place (hc_post reads a column before writing it).
   auto sublayer = [&](const float* fn, const float* base, const float* scale, const uint16_t* norm_w,
@@ -179,13 +213,14 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
     const BlockWeights& w = weights_.blocks[lp.id];
     if (hooks && hooks->before_block) hooks->before_block(lp.id, S, X.data(), a_in.data());
     if (lp.engram) {  // Engram writes into the stream before the block (§A.10)
-      std::vector<int64_t> rows(static_cast<size_t>(S) * engram_cols);
+      DS41_SCRATCH(int64_t, rows, int64_t(S) * engram_cols);
       for (int s = 0; s < S; ++s)
         std::memcpy(rows.data() + int64_t(s) * engram_cols,
                     engram_ids.data() + (int64_t(s) * engram_hash_->n_layers + lp.engram_index) * engram_cols,
                     size_t(engram_cols) * sizeof(int64_t));
       engram_forward(ctx, lp, w, rows.data(), engram_cols, X.data());
     }
+    if (ced && lp.id == plan_.decoder_start) S = ced_enter_decoder(ctx, lp, w, X, a_in, engram_ids, text_mask);
 
     sublayer(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, w.attn_norm, a_in, attn_mix,
              [&] { attention_forward(ctx, lp, w, hn.data(), y.data()); });
@@ -200,19 +235,20 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
   // Collapse with the last FFN pre-mix, final norm, fp32 head (§4, §7).
   const int first_row = opt.all_logits ? 0 : S - 1;
   const int rows = S - first_row;
-  std::vector<float> hf(size_t(rows) * D);
+  DS41_SCRATCH(float, hf, int64_t(rows) * D);
   for (int r = 0; r < rows; ++r) {
     const int s = first_row + r;
     hc_pre(X.data() + int64_t(s) * hc * D, a_in.data() + s * hc, hc, D, h.data());
     rmsnorm_row(h.data(), weights_.norm, D, norm_eps, hn.data());
     for (int64_t d = 0; d < D; ++d) hf[r * D + d] = bf16_to_f32(hn[d]);
   }
-  std::vector<float> logits(size_t(rows) * c.vocab_size);
+  logits.resize(size_t(rows) * c.vocab_size);
   linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
 
-  state.pos += S;
+  state.pos += int64_t(tokens.size());
   state.token_history.insert(state.token_history.end(), tokens.begin(), tokens.end());
-  return logits;
+  topk_store.swap(ctx.topk);
+  candidates_store.swap(ctx.candidates);
 }
 
 }  // namespace ds41

@@ -21,7 +21,7 @@ struct ServerOptions {
   std::string model_name;  // what /v1/models lists and responses carry
   ApiDefaults defaults;
   int64_t max_body_bytes = int64_t(64) << 20;
-  int http_threads = 16;   // connections handled concurrently (each waits on its own request)
+  int http_threads = 64;   // connections handled concurrently (each waits on its own request)
 };
 
 class Server {

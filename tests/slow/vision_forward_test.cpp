@@ -10,6 +10,8 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "model/engram_hash.h"
+#include "runtime/generation.h"
+#include "runtime/sampler.h"
 #include "vision/image_prompt.h"
 #include "../tiny_model.h"
 
@@ -119,6 +121,28 @@ TEST_F(VisionForward, PrefillDecodeAndChunkedCallsGiveIdenticalLogits) {
   EXPECT_EQ(std::vector<float>(whole.begin(), whole.begin() + p.spans[0].start * V),
             std::vector<float>(as_text.begin(), as_text.begin() + p.spans[0].start * V));
   EXPECT_NE(whole, as_text);
+}
+
+// Generation::feed cuts the inputs with its chunks, with a pending (sampled, not yet fed) token in
+// front: the same logits as one prefill of pending token + image prompt.
+TEST_F(VisionForward, GenerationFeedsImagePromptsInChunks) {
+  ThreadPool pool(2);
+  const ImagePrompt p = two_image_prompt(&pool);
+  SamplerOptions so;
+  so.temperature = 0;
+  Generation gen(*model_, model_->new_sequence(), Sampler(so), &pool);
+  gen.feed({0, 17, 18}, 0);
+  const std::optional<int32_t> pending = gen.next_token();  // sampled, not yet in the sequence
+  ASSERT_TRUE(pending.has_value());
+  gen.feed(p.tokens, 7, {}, &p.inputs);
+  // The reference run: the same sequence in two direct calls.
+  SequenceState st = model_->new_sequence();
+  model_->forward(st, {0, 17, 18}, ForwardOptions{}, &pool);
+  ImagePrompt q = p;
+  q.tokens.insert(q.tokens.begin(), *pending);
+  q.inputs.token_types.insert(q.inputs.token_types.begin(), int8_t(TokenType::Text));
+  const std::vector<float> want = model_->forward(st, q.tokens, ForwardOptions{}, &pool, nullptr, &q.inputs);
+  EXPECT_EQ(gen.last_logits(), want);
 }
 
 TEST_F(VisionForward, ImagePositionsAreDeadForEngram) {
