@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 
 #include "base/error.h"
@@ -12,6 +13,7 @@
 #include "model/engram_hash.h"
 #include "runtime/generation.h"
 #include "runtime/sampler.h"
+#include "runtime/session.h"
 #include "vision/image_prompt.h"
 #include "../tiny_model.h"
 
@@ -153,6 +155,28 @@ TEST_F(VisionForward, ImagePositionsAreDeadForEngram) {
   ASSERT_EQ(st.engram_history.size(), p.tokens.size());
   for (size_t s = 0; s < p.tokens.size(); ++s)
     EXPECT_EQ(st.engram_history[s] == kEngramDead, p.inputs.token_types[s] >= 0) << "position " << s;
+}
+
+// Image positions in the last window: a bounded replay (compact session) cannot rebuild them.
+TEST_F(VisionForward, CompactSessionsAndReplayRefuseImageWindows) {
+  const ImagePrompt p = two_image_prompt(nullptr);
+  SequenceState st = model_->new_sequence();
+  model_->forward(st, p.tokens, ForwardOptions{}, nullptr, nullptr, &p.inputs);
+  EXPECT_TRUE(model_->replay_window_has_images(st));
+  test::TempDir tmp;
+  EXPECT_NE(error_of([&] { save_session(tmp / "c.session", *model_, st, SessionKind::Compact); }).find("--exact"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(tmp / "c.session"));
+  save_session(tmp / "e.session", *model_, st, SessionKind::Exact);
+  const SequenceState back = load_session(tmp / "e.session", *model_);
+  EXPECT_EQ(back.pos, st.pos);
+  SequenceState copy = st;
+  EXPECT_NE(error_of([&] { model_->replay_window(copy, ForwardOptions{}, nullptr); }).find("image-span positions"),
+            std::string::npos);
+  // Text only: no refusal.
+  SequenceState text = model_->new_sequence();
+  model_->forward(text, {0, 5, 6, 7}, ForwardOptions{}, nullptr);
+  EXPECT_FALSE(model_->replay_window_has_images(text));
 }
 
 TEST_F(VisionForward, InputsThatDoNotFitAreErrors) {
