@@ -47,7 +47,7 @@ int cmd_prompt(int argc, char** argv) {
              {"effort", "N", "reasoning effort: low (50), high (75), max (100) or 1..100 (default: the file's, else high)", ""},
              {"keep-thinking", "", "keep the reasoning of earlier assistant turns (drop_thinking off)", ""},
              {"no-bos", "", "do not start with the begin-of-sentence text", ""},
-             {"json", "", "print {\"prompt\": ..., \"images\": [...]} (an array of them for several cases)", ""},
+             {"json", "", "print {\"prompt\": ..., \"images\": [...]} (an array for several cases); else each prompt and a newline", ""},
              {"model", "DIR", "not needed: the prompt text does not depend on the checkpoint (checked to exist)", ""},
              {"m", "DIR", "same as --model", ""}});
   if (!args.parse(argc, argv)) return 0;

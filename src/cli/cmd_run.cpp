@@ -80,7 +80,7 @@ int cmd_run(int argc, char** argv) {
       {"exact", "", "with --save-session: store the window rings too (restore continues bit-identically; default: compact, rings rebuilt by bounded replay)", ""},
       {"json", "", "print the result (text parts or ids, per-step top-5 logits for --tokens, timings) as JSON", ""},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
-  for (auto& s : sampling_option_specs()) specs.push_back(s);
+  for (auto& s : sampling_option_specs(0.0, 1.0)) specs.push_back(s);
   Args args("run", "generate an answer to a prompt (text with -p, or token ids with --tokens)",
             "ds41 run [-m DIR] -p TEXT [--image FILE ...] [--system S] [--think|--no-think] [--effort N] [--max-tokens N] [--temp T] [--json]\n"
             "       ds41 run [-m DIR] --tokens 0,5,9,... [--image FILE ...] [--max-tokens N] [--json]",
@@ -92,7 +92,7 @@ int cmd_run(int argc, char** argv) {
   if (text_mode && args.get("tokens")) throw Error("give either -p TEXT or --tokens IDS, not both");
   if (args.flag("think") && args.flag("no-think")) throw Error("--think and --no-think contradict each other");
   const bool json_out = args.flag("json");
-  const SamplerOptions so = sampler_options_from(args);
+  const SamplerOptions so = sampler_options_from(args, 0.0, 1.0);
   const int64_t max_tokens = args.get_int("max-tokens", 256);
   if (max_tokens < 0) throw Error("--max-tokens must be >= 0");
   const int64_t chunk = args.get_int("chunk", 0);

@@ -4,10 +4,16 @@
 
 namespace ds41::cli {
 
-std::vector<OptionSpec> sampling_option_specs() {
-  return {{"temp", "T", "sampling temperature (0 = greedy)", "1.0"},
+std::vector<OptionSpec> sampling_option_specs(double temp, double top_p) {
+  auto num = [](double v) {
+    std::string s = std::to_string(v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+    return s;
+  };
+  return {{"temp", "T", "sampling temperature (0 = greedy)", num(temp)},
           {"top-k", "K", "keep the K most probable tokens (0 = off)", "0"},
-          {"top-p", "P", "nucleus sampling threshold (1 = off)", "0.95"},
+          {"top-p", "P", "nucleus sampling threshold (1 = off)", num(top_p)},
           {"min-p", "P", "drop tokens below P x the most probable one (0 = off)", "0"},
           {"repeat-penalty", "R", "repetition penalty on tokens already in the sequence (1 = off)", "1"},
           {"presence-penalty", "X", "subtracted once from the logit of every token already present", "0"},
@@ -16,11 +22,11 @@ std::vector<OptionSpec> sampling_option_specs() {
           {"seed", "N", "sampling seed (same seed + same input = same output)", "0"}};
 }
 
-SamplerOptions sampler_options_from(const Args& args) {
+SamplerOptions sampler_options_from(const Args& args, double temp, double top_p) {
   SamplerOptions o;
-  o.temperature = args.get_double("temp", 1.0);
+  o.temperature = args.get_double("temp", temp);
   o.top_k = args.get_int("top-k", 0);
-  o.top_p = args.get_double("top-p", 0.95);
+  o.top_p = args.get_double("top-p", top_p);
   o.min_p = args.get_double("min-p", 0.0);
   o.repetition_penalty = args.get_double("repeat-penalty", 1.0);
   o.presence_penalty = args.get_double("presence-penalty", 0.0);

@@ -9,8 +9,10 @@
 
 namespace ds41::cli {
 
-std::vector<OptionSpec> sampling_option_specs();
+// `temp`/`top_p`: the defaults (chat and serve use the model card's 1.0 / 0.95; `run` is greedy
+// by default so that a bare `ds41 run` is reproducible token for token).
+std::vector<OptionSpec> sampling_option_specs(double temp = 1.0, double top_p = 0.95);
 // Reads them back; throws ds41::Error naming every invalid value.
-SamplerOptions sampler_options_from(const Args& args);
+SamplerOptions sampler_options_from(const Args& args, double temp = 1.0, double top_p = 0.95);
 
 }  // namespace ds41::cli

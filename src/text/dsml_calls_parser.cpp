@@ -170,10 +170,20 @@ DsmlCallsParser::Status DsmlCallsParser::advance(std::string_view text, bool at_
           longest = kParamEnd.size();
         }
         if (best == std::string_view::npos) {
-          if (at_end) return fail(header ? "invoke header not followed by a parameter or </｜DSML｜ invoke>"
-                                         : "parameter not closed by </｜DSML｜ parameter>");
-          scan_ = std::max(cursor_, text.size() >= longest ? text.size() - longest + 1 : 0);
-          return Status::need_more;
+          if (!at_end) {
+            scan_ = std::max(cursor_, text.size() >= longest ? text.size() - longest + 1 : 0);
+            return Status::need_more;
+          }
+          // The reference reads a header up to the end of the text and accepts the call if the
+          // header is well formed (nothing is left to read).
+          if (header && match_invoke_header(avail, current_.name)) {
+            calls_.push_back(std::move(current_));
+            cursor_ = text.size();
+            step_ = Step::between_invokes;
+            break;
+          }
+          return fail(header ? "invoke header not followed by a parameter or </｜DSML｜ invoke>"
+                             : "parameter not closed by </｜DSML｜ parameter>");
         }
         const std::string_view seg = text.substr(cursor_, best - cursor_);
         if (header) {
@@ -196,6 +206,12 @@ DsmlCallsParser::Status DsmlCallsParser::advance(std::string_view text, bool at_
       case Step::after_parameter: {
         const int m = match_gap_then_tag(avail, {kParamOpen, kInvokeClose});
         if (m == -1 && !at_end) return Status::need_more;
+        if (at_end && avail == ">\n") {  // the reference accepts a call cut off right here
+          calls_.push_back(std::move(current_));
+          cursor_ = text.size();
+          step_ = Step::between_invokes;
+          break;
+        }
         if (m < 0) return fail("expected \">\\n\" and then a parameter or </｜DSML｜ invoke> after a parameter");
         if (m == 0) {
           cursor_ += 2 + kParamOpen.size();

@@ -10,8 +10,9 @@
 //
 // with the reference's leniencies reproduced: whitespace (Python's \s) before name=, one extra
 // trailing newline in the invoke header and the parameter text (Python's `$`), names and values
-// that contain anything but the next tag, and acceptance of text that ends right after an invoke's
-// closing tag name or right after the block's opening tag. The text only ever grows between
+// that contain anything but the next tag, and acceptance of text that ends right after a
+// well-formed invoke header, after a parameter's closing tag, after an invoke's closing tag name
+// or right after the block's opening tag (the reference stops reading there without an error). The text only ever grows between
 // calls to advance(); the outcome (done at the same offset with the same calls, or failed with
 // the same message) does not depend on how it was split.
 #pragma once

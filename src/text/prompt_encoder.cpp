@@ -387,7 +387,9 @@ std::string render_tool_calls(const J& calls) {
   }
   std::string out = "\n\n";
   out += kCallsOpen;
-  out += "\n" + join(invokes, "\n") + "\n";
+  out += '\n';
+  out += join(invokes, "\n");
+  out += '\n';
   out += kCallsClose;
   return out;
 }

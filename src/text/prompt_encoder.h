@@ -23,9 +23,15 @@
 // {type: image, source|url|data}, {type: tool_result, tool_use_id, content: string | blocks};
 // other types render as "[Unsupported TYPE]" in user messages.
 //
+// Note (reference behaviour, kept): tools are rendered only in system messages, so top-level
+// tools given with a conversation that does not start with a system message are not shown to
+// the model (they still turn drop_thinking off); a server should put them on a system message.
+//
 // Deviations, all on input the reference mishandles: unknown roles are errors everywhere (the
 // reference silently drops them before the last user turn in thinking mode), null content where
-// the reference would print "None", and non-string names/texts/ids are errors.
+// the reference would print "None", and non-string names/texts/ids are errors; the context is
+// validated like the messages. Tool-call argument strings that only Python's json.loads accepts
+// (NaN, Infinity, lone surrogate escapes) are kept as one "arguments" string.
 #pragma once
 
 #include <optional>

@@ -96,17 +96,26 @@ std::string python_float_repr(double v) {
   const int n = static_cast<int>(digits.size());
   if (decpt <= -4 || decpt > 16) {
     out += digits[0];
-    if (n > 1) out += "." + digits.substr(1);
+    if (n > 1) {
+      out += '.';
+      out.append(digits, 1);
+    }
     const int x = decpt - 1;
     char eb[16];
     std::snprintf(eb, sizeof eb, "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
     out += eb;
   } else if (decpt <= 0) {
-    out += "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
+    out += "0.";
+    out.append(static_cast<size_t>(-decpt), '0');
+    out += digits;
   } else if (decpt >= n) {
-    out += digits + std::string(static_cast<size_t>(decpt - n), '0') + ".0";
+    out += digits;
+    out.append(static_cast<size_t>(decpt - n), '0');
+    out += ".0";
   } else {
-    out += digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
+    out.append(digits, 0, static_cast<size_t>(decpt));
+    out += '.';
+    out.append(digits, static_cast<size_t>(decpt));
   }
   return out;
 }

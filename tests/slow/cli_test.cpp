@@ -394,5 +394,29 @@ TEST(Cli, TokenizeErrorsNameTheMissingFile) {
   EXPECT_NE(bad_text.err.find("not valid UTF-8"), std::string::npos) << bad_text.err;
 }
 
+TEST(Cli, RunTextPromptIsRepeatableAndPrintsTimings) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  test::TempDir tmp;
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/m --tokenizer " + test::shared_dir() +
+                     "/assets/deepseek_v3_tokenizer/tokenizer.json --quiet --threads 2")
+                .status,
+            0);
+  const std::string cmd = "run -m " + tmp.path() + "/m -p Hello --max-tokens 20 --temp 0 --threads 2";
+  auto a = run_ds41(cmd), b = run_ds41(cmd);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_FALSE(a.out.empty());
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.err.find("tok/s"), std::string::npos) << a.err;
+  auto j = run_ds41(cmd + " --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  auto r = nlohmann::json::parse(j.out);
+  if (r["finish_reason"] == "length") EXPECT_EQ(r["generated"].size(), 20u);
+  EXPECT_EQ(r["content"].get<std::string>() + "\n", a.out);
+  // Without a tokenizer the error names the file that is missing.
+  auto none = run_ds41("run -m " + test::tiny_model_dir(false) + " -p Hello --max-tokens 2");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("tokenizer.json"), std::string::npos) << none.err;
+}
+
 }  // namespace
 }  // namespace ds41
