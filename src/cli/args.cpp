@@ -55,6 +55,7 @@ bool Args::parse(int argc, char** argv) {
         value = argv[++i];
       }
       values_[name] = value;
+      all_values_[name].push_back(value);
     } else {
       positional_.push_back(a);
     }
@@ -88,6 +89,11 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   } catch (const std::exception&) {
     throw Error("ds41 " + command_ + ": --" + name + " expects an integer, got '" + *v + "'");
   }
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  auto it = all_values_.find(name);
+  return it == all_values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 double Args::get_double(const std::string& name, double fallback) const {

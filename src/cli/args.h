@@ -33,6 +33,8 @@ class Args {
   std::string get_or(const std::string& name, const std::string& fallback) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
+  // Every value of a repeatable option, in command-line order (get() returns the last one).
+  std::vector<std::string> get_all(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
   std::string help_text() const;
 
@@ -41,6 +43,7 @@ class Args {
   std::string command_, summary_, usage_;
   std::vector<OptionSpec> options_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   std::vector<std::string> positional_;
 };
 

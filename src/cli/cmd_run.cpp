@@ -17,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/run_images.h"
 #include "io/safetensors_writer.h"
 #include "model/model.h"
 #include "model/presets.h"
@@ -68,6 +69,8 @@ int cmd_run(int argc, char** argv) {
       {"raw", "", "with -p: tokenize the text as it is, no prompt format", ""},
       {"tokenizer", "FILE", "tokenizer.json to use instead of the model directory's", ""},
       {"tokens", "IDS", "comma-separated prompt token ids instead of -p (prints ids)", ""},
+      {"image", "FILE", "a PNG/JPEG/WebP image (repeatable, in order): with -p it goes before the text of the message; "
+                        "with --tokens or --raw it fills the next image placeholder id (129264)", ""},
       {"max-tokens", "N", "tokens to generate", "256"},
       {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
       {"prefill", "MODE", "full (exact) or ced: a call longer than the window runs the decoder layers over its last window only", "full"},
@@ -80,8 +83,8 @@ int cmd_run(int argc, char** argv) {
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs(0.0, 1.0)) specs.push_back(s);
   Args args("run", "generate an answer to a prompt (text with -p, or token ids with --tokens)",
-            "ds41 run [-m DIR] -p TEXT [--system S] [--think|--no-think] [--effort N] [--max-tokens N] [--temp T] [--json]\n"
-            "       ds41 run [-m DIR] --tokens 0,5,9,... [--max-tokens N] [--json]",
+            "ds41 run [-m DIR] -p TEXT [--image FILE ...] [--system S] [--think|--no-think] [--effort N] [--max-tokens N] [--temp T] [--json]\n"
+            "       ds41 run [-m DIR] --tokens 0,5,9,... [--image FILE ...] [--max-tokens N] [--json]",
             specs);
   if (!args.parse(argc, argv)) return 0;
   const std::string dir = model_dir_or_demo(args);
@@ -122,6 +125,7 @@ int cmd_run(int argc, char** argv) {
   // The prompt ids.
   std::vector<int32_t> prompt;
   const bool thinking = args.flag("think");
+  if (text_mode && !args.get_all("image").empty()) check_tokenizer_image_token(*tok, c);
   if (text_mode) {
     if (args.flag("raw")) {
       prompt = tok->encode(text);
@@ -129,7 +133,7 @@ int cmd_run(int argc, char** argv) {
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       const std::string system = args.get_or("system", "");
       if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
-      messages.push_back({{"role", "user"}, {"content", text}});
+      messages.push_back({{"role", "user"}, {"content", user_content_with_images(text, args.get_all("image"))}});
       PromptOptions po;
       po.thinking_mode = thinking ? ThinkingMode::thinking : ThinkingMode::chat;
       po.reasoning_effort = parse_reasoning_effort(args.get_or("effort", "high"));
@@ -140,10 +144,13 @@ int cmd_run(int argc, char** argv) {
     prompt = parse_token_ids(args.get_or("tokens", "0,128803,63006,44388,305,4575"), c.vocab_size);
   }
   if (prompt.empty()) throw Error("the prompt is empty");
+  // Image placeholders in the ids become image spans (their rows from the vision tower).
+  const RunImages images = prepare_run_images(*model, prompt, args.get_all("image"), &pool);
+  prompt = images.prompt.tokens;
   // Caches sized once for the whole answer: no reallocation inside the decode loop.
   reserve_sequence(st, c, model->plan(), std::min<int64_t>(c.max_seq_len, st.pos + int64_t(prompt.size()) + max_tokens));
   Generation gen(*model, std::move(st), Sampler(so), &pool, fo);
-  gen.feed(prompt, chunk);  // checks the context length before running anything
+  gen.feed(prompt, chunk, {}, images.inputs());  // checks the context length before running anything
 
   json steps = json::array();
   std::vector<int32_t> generated;
@@ -207,10 +214,12 @@ int cmd_run(int argc, char** argv) {
                  {"decode_tokens_per_s", stats.decode_tokens_per_s()},
                  {"threads", pool.size()},
                  {"peak_rss_bytes", peak_rss_bytes()}};
+  if (images.any()) timing["vision_s"] = images.seconds;
   if (json_out) {
     json j;
     j["model"] = dir;
     j["prompt"] = prompt;
+    if (images.any()) j["images"] = images.describe();
     if (!load_path.empty()) j["session_start_pos"] = start_pos;
     j["generated"] = generated;
     j["finish_reason"] = finish_reason_name(stats.finish);

@@ -77,6 +77,26 @@ struct ForwardHooks {
   std::function<void(int layer, int s, const std::vector<uint8_t>& keep)> on_candidates;
 };
 
+// Token type of a position (spec engram_dspark_vision.md §C.3): text, or one of the four kinds of
+// image-span position. All span positions carry the image token id; only the type tells them
+// apart (and selects the learned delimiter rows and the VL routing bias).
+enum class TokenType : int8_t { Text = -1, ImageStart = 0, Image = 1, ImageNewline = 2, ImageEnd = 3 };
+
+// Inputs of a forward call besides the token ids (spec §C.6): the token type of every position,
+// and for every position whose type is not Text, in position order, the bf16 row that replaces
+// its token embedding (image_start / image_newline / image_end, or the aligner row of an IMAGE
+// slot). Those positions also route with gate.bias_vl instead of gate.bias and are dead for
+// Engram (no n-gram through them, gate 0). Every position is independent, so a span may be split
+// across calls: prefill, decode and chunked prefill stay bit-identical (slice() cuts a call).
+struct InputEmbeddings {
+  std::vector<int8_t> token_types;  // one TokenType per token of the call
+  std::vector<uint16_t> rows;       // [count of non-text positions][dim] bf16
+
+  // Positions [begin, end) of these inputs, for a call over that part of the tokens.
+  InputEmbeddings slice(int64_t begin, int64_t end, int64_t dim) const;
+  bool all_text() const;
+};
+
 class Model {
  public:
   // Opens a checkpoint directory, validates config and tensors (every problem in one error),
@@ -94,16 +114,17 @@ class Model {
   SequenceState new_sequence() const { return make_sequence_state(config_, plan_); }
 
   // Runs `tokens` at state.pos and advances the state. Returns fp32 logits: [1][vocab] for the
-  // last position, or [S][vocab] with opt.all_logits. `image_mask` (optional, S entries) marks
-  // image-span tokens for the VL routing bias.
+  // last position, or [S][vocab] with opt.all_logits. `inputs` (optional) gives the token types
+  // and the embedding rows of image-span positions (see InputEmbeddings); without it every
+  // position is text.
   std::vector<float> forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
                              ThreadPool* pool, const ForwardHooks* hooks = nullptr,
-                             const std::vector<uint8_t>* image_mask = nullptr) const;
+                             const InputEmbeddings* inputs = nullptr) const;
   // Same, into `logits` (resized; its capacity is reused). With the sequence's caches reserved
   // (reserve_sequence) and after a first call of the same shape, a call allocates nothing.
   void forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
                     const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks = nullptr,
-                    const std::vector<uint8_t>* image_mask = nullptr) const;
+                    const InputEmbeddings* inputs = nullptr) const;
 
   // Rebuilds every layer's window ring of a sequence whose global caches are complete but whose
   // rings are not (a compact session): re-runs its last min(window_size, pos) tokens — which the
@@ -112,7 +133,12 @@ class Model {
   // sequence was fed in one call: that reading depends on the call pattern); beyond, the first
   // replayed positions see a truncated window. Returns the last position's logits. `opt` supplies
   // the numerics options (corrected_index_keys).
+  // Refuses (ds41::Error) a window holding image-span positions: see replay_window_has_images.
   std::vector<float> replay_window(SequenceState& state, const ForwardOptions& opt, ThreadPool* pool) const;
+  // Whether the last min(window_size, pos) positions include image-span positions (the image
+  // token id with vision on, or an Engram-dead position). A replay re-embeds tokens, and those
+  // positions' rows came from the vision tower, so such a window cannot be replayed.
+  bool replay_window_has_images(const SequenceState& state) const;
 
  private:
   Model() = default;

@@ -33,6 +33,17 @@ void begin_bounded_replay(ForwardContext& ctx) {
   ctx.global_cache_ready = true;
 }
 
+bool Model::replay_window_has_images(const SequenceState& state) const {
+  const int64_t n = std::min<int64_t>(config_.window_size, state.pos);
+  const int64_t held = int64_t(state.token_history.size());
+  for (int64_t i = std::max<int64_t>(0, held - n); i < held; ++i)
+    if (config_.vision_enabled() && state.token_history[size_t(i)] == config_.image_token_id) return true;
+  const int64_t held_engram = int64_t(state.engram_history.size());
+  for (int64_t i = std::max<int64_t>(0, held_engram - n); i < held_engram; ++i)
+    if (state.engram_history[size_t(i)] == kEngramDead) return true;
+  return false;
+}
+
 std::vector<float> Model::replay_window(SequenceState& state, const ForwardOptions& opt, ThreadPool* pool) const {
   const int64_t n = std::min<int64_t>(config_.window_size, state.pos);
   if (n == 0) throw Error("replay_window: the sequence is empty");
@@ -41,19 +52,18 @@ std::vector<float> Model::replay_window(SequenceState& state, const ForwardOptio
     throw Error("replay_window: the sequence holds the tokens of positions " + std::to_string(state.history_start) +
                 ".." + std::to_string(state.history_start + held - 1) + ", but a replay needs its last " +
                 std::to_string(n) + " up to position " + std::to_string(state.pos - 1));
+  // A replay re-embeds the tokens; image-span positions had other rows (the vision tower's), which
+  // the sequence does not keep, so a window holding any cannot be rebuilt (save such sequences
+  // exact; session.cpp refuses the compact kind for them).
+  if (replay_window_has_images(state))
+    throw Error("replay_window: the last " + std::to_string(n) +
+                " positions include image-span positions, which a bounded replay cannot rebuild (their rows came "
+                "from the vision tower): use an exact session");
   // The replay feeds the tokens again, which appends them to the histories: take them off first.
-  // Image positions are marked in the Engram history; they must stay image positions.
   std::vector<int32_t> tokens(state.token_history.end() - n, state.token_history.end());
-  std::vector<uint8_t> image_mask;
   if (engram_hash_) {
     if (int64_t(state.engram_history.size()) != held)
       throw Error("replay_window: the Engram history is out of step with the token history");
-    bool any_image = false;
-    for (auto it = state.engram_history.end() - n; it != state.engram_history.end(); ++it) {
-      image_mask.push_back(*it == kEngramDead ? 1 : 0);
-      any_image |= *it == kEngramDead;
-    }
-    if (!any_image) image_mask.clear();
     state.engram_history.resize(size_t(held - n));
   }
   state.token_history.resize(size_t(held - n));
@@ -64,7 +74,7 @@ std::vector<float> Model::replay_window(SequenceState& state, const ForwardOptio
   o.bounded_replay = true;
   o.prefill = PrefillMode::Full;
   o.all_logits = false;
-  std::vector<float> logits = forward(state, tokens, o, pool, nullptr, image_mask.empty() ? nullptr : &image_mask);
+  std::vector<float> logits = forward(state, tokens, o, pool);
   state.index_k_publisher = publisher;
   return logits;
 }

@@ -29,9 +29,9 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   if (progress) progress("validating", 0, n_tensors);
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
   if (progress) progress("validating", n_tensors, n_tensors);
-  m->weights_ = load_model_weights(store, m->plan_, [&](int64_t done, int64_t total) {
-    if (progress) progress("preparing", done, total);
-  });
+  m->weights_ = load_model_weights(
+      store, m->plan_, [&](int64_t done, int64_t total) { if (progress) progress("preparing", done, total); },
+      m->config_.vision_n_layers);
   if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
@@ -61,17 +61,34 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   return m;
 }
 
+InputEmbeddings InputEmbeddings::slice(int64_t begin, int64_t end, int64_t dim) const {
+  if (begin < 0 || end < begin || end > int64_t(token_types.size())) throw Error("input embeddings: slice out of range");
+  InputEmbeddings out;
+  out.token_types.assign(token_types.begin() + begin, token_types.begin() + end);
+  int64_t first = 0, count = 0;
+  for (int64_t s = 0; s < end; ++s)
+    if (token_types[size_t(s)] >= 0) (s < begin ? first : count) += 1;
+  if (int64_t(rows.size()) < (first + count) * dim) throw Error("input embeddings: fewer rows than non-text positions");
+  out.rows.assign(rows.begin() + first * dim, rows.begin() + (first + count) * dim);
+  return out;
+}
+
+bool InputEmbeddings::all_text() const {
+  for (int8_t t : token_types)
+    if (t >= 0) return false;
+  return true;
+}
+
 std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
-                                  ThreadPool* pool, const ForwardHooks* hooks,
-                                  const std::vector<uint8_t>* image_mask) const {
+                                  ThreadPool* pool, const ForwardHooks* hooks, const InputEmbeddings* inputs) const {
   std::vector<float> logits;
-  forward_into(logits, state, tokens, opt, pool, hooks, image_mask);
+  forward_into(logits, state, tokens, opt, pool, hooks, inputs);
   return logits;
 }
 
 void Model::forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
                          const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
-                         const std::vector<uint8_t>* image_mask) const {
+                         const InputEmbeddings* inputs) const {
   const ModelConfig& c = config_;
   // Rows the call is running: all its tokens, until a CED prefill narrows them at the decoder.
   int S = int(tokens.size());
@@ -79,7 +96,24 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
   for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab_size)
       throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.vocab_size - 1) + ")");
-  if (image_mask && int(image_mask->size()) != S) throw Error("forward: image mask length differs from the token count");
+  // Image-span positions (type >= 0): their embedding rows, the VL routing mask, Engram's DEAD.
+  std::vector<uint8_t> image_mask_storage;
+  const std::vector<uint8_t>* image_mask = nullptr;
+  if (inputs) {
+    if (int(inputs->token_types.size()) != S) throw Error("forward: token types given for a different number of tokens");
+    int64_t non_text = 0;
+    for (int8_t t : inputs->token_types) {
+      if (t < -1 || t > 3) throw Error("forward: token type " + std::to_string(int(t)) + " is not one of -1 (text) .. 3");
+      non_text += t >= 0;
+    }
+    if (int64_t(inputs->rows.size()) != non_text * c.dim)
+      throw Error("forward: " + std::to_string(non_text) + " image-span positions need as many embedding rows of width " +
+                  std::to_string(c.dim) + " (" + std::to_string(inputs->rows.size()) + " values given)");
+    if (non_text > 0) {
+      for (int8_t t : inputs->token_types) image_mask_storage.push_back(t >= 0 ? 1 : 0);
+      image_mask = &image_mask_storage;
+    }
+  }
   if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos - state.history_start : 0))
     throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
   // Checks that change nothing come before anything is written to the state.
@@ -129,6 +163,14 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
   for (int s = 0; s < S; ++s)
     for (int ci = 0; ci < hc; ++ci)
       std::memcpy(X.data() + (int64_t(s) * hc + ci) * D, weights_.embed + int64_t(tokens[s]) * D, size_t(D) * 2);
+  if (image_mask) {  // image spans: their rows replace the token embedding (spec §C.6)
+    const uint16_t* row = inputs->rows.data();
+    for (int s = 0; s < S; ++s) {
+      if (!(*image_mask)[size_t(s)]) continue;
+      for (int ci = 0; ci < hc; ++ci) std::memcpy(X.data() + (int64_t(s) * hc + ci) * D, row, size_t(D) * 2);
+      row += D;
+    }
+  }
   DS41_SCRATCH(float, a_in, int64_t(S) * hc);  // one-hot [1,0,..] for layer 0, exactly 1.0
   for (int s = 0; s < S; ++s) a_in[int64_t(s) * hc] = 1.f;
 

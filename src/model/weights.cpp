@@ -90,7 +90,7 @@ class Loader {
 }  // namespace
 
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
-                                const std::function<void(int64_t, int64_t)>& on_layer) {
+                                const std::function<void(int64_t, int64_t)>& on_layer, int vision_layers) {
   ModelWeights w;
   w.store = store;
   Loader L(*store, w);
@@ -167,6 +167,32 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
       b.engram_k_weight = L.bf16(e + "k_weight");
     }
     w.blocks.push_back(std::move(b));
+  }
+  if (vision_layers > 0) {
+    VisionWeights& v = w.vision;
+    v.patch_w = L.bf16("vision.patch_embed.proj.weight");
+    v.patch_b = L.bf16("vision.patch_embed.proj.bias");
+    for (int i = 0; i < vision_layers; ++i) {
+      const std::string p = "vision.blocks." + std::to_string(i) + ".";
+      VisionBlockWeights b;
+      b.norm1 = L.bf16_as_f32(p + "norm1.weight");
+      b.norm2 = L.bf16_as_f32(p + "norm2.weight");
+      b.wqkv = L.bf16(p + "attn.wqkv.weight");
+      b.wqkv_bias = L.bf16(p + "attn.wqkv.bias");
+      b.wo = L.bf16(p + "attn.wo.weight");
+      b.wo_bias = L.bf16(p + "attn.wo.bias");
+      b.w1 = L.bf16(p + "mlp.w1.weight");
+      b.w2 = L.bf16(p + "mlp.w2.weight");
+      v.blocks.push_back(b);
+    }
+    v.norm = L.bf16_as_f32("vision.norm.weight");
+    v.aligner_w1 = L.bf16("aligner.w1.weight");
+    v.aligner_b1 = L.bf16("aligner.w1.bias");
+    v.aligner_w2 = L.bf16("aligner.w2.weight");
+    v.aligner_b2 = L.bf16("aligner.w2.bias");
+    v.image_start = L.bf16("image_start");
+    v.image_end = L.bf16("image_end");
+    v.image_newline = L.bf16("image_newline");
   }
   advise_model_weights(w);
   return w;

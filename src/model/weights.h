@@ -65,11 +65,39 @@ struct BlockWeights {
   const uint16_t* engram_k_weight = nullptr;
 };
 
+// The vision tower (spec engram_dspark_vision.md §C.4-§C.7), all BF16 in the checkpoint. The ViT
+// RMSNorm gains are fp32 parameters in the reference (loaded from bf16, exact widening).
+struct VisionBlockWeights {
+  const float* norm1 = nullptr;
+  const float* norm2 = nullptr;
+  const uint16_t* wqkv = nullptr;       // [3 * vision_dim, vision_dim]
+  const uint16_t* wqkv_bias = nullptr;  // [3 * vision_dim]
+  const uint16_t* wo = nullptr;         // [vision_dim, vision_dim]
+  const uint16_t* wo_bias = nullptr;
+  const uint16_t* w1 = nullptr;         // [2 * vision_inter_dim, vision_dim]: gate rows, then up rows
+  const uint16_t* w2 = nullptr;         // [vision_dim, vision_inter_dim]
+};
+
+struct VisionWeights {
+  const uint16_t* patch_w = nullptr;  // [vision_dim, 3 * patch^2]
+  const uint16_t* patch_b = nullptr;
+  std::vector<VisionBlockWeights> blocks;
+  const float* norm = nullptr;
+  const uint16_t* aligner_w1 = nullptr;  // [dim, vision_dim * ratio^2]
+  const uint16_t* aligner_b1 = nullptr;
+  const uint16_t* aligner_w2 = nullptr;  // [dim, dim]
+  const uint16_t* aligner_b2 = nullptr;
+  const uint16_t* image_start = nullptr;  // [dim] learned span delimiters
+  const uint16_t* image_end = nullptr;
+  const uint16_t* image_newline = nullptr;
+};
+
 struct ModelWeights {
   const uint16_t* embed = nullptr;  // bf16 [vocab, dim]
   const uint16_t* head = nullptr;   // bf16 [vocab, dim]
   const uint16_t* norm = nullptr;   // bf16 [dim]
   std::vector<BlockWeights> blocks; // one per plan layer (backbone then DSpark stages)
+  VisionWeights vision;              // filled when the config enables vision (vision_n_layers > 0)
 
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;
@@ -77,10 +105,11 @@ struct ModelWeights {
 };
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
-// `on_layer(done, total)` is called before each plan layer is prepared (progress display).
+// `on_layer(done, total)` is called before each plan layer is prepared (progress display). The
+// vision tower's tensors are loaded when `vision_layers` > 0.
 // Applies the residency hints of advise_model_weights.
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
-                                const std::function<void(int64_t, int64_t)>& on_layer = {});
+                                const std::function<void(int64_t, int64_t)>& on_layer = {}, int vision_layers = 0);
 
 // How the checkpoint's tensors are used, for memory hints (issue #10). Every token reads the
 // "always" tensors; a routed expert is read when the router picks it; Engram table rows are read

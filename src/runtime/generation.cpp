@@ -28,8 +28,10 @@ Generation::Generation(const Model& model, SequenceState state, const Sampler& s
   forward_.all_logits = false;
 }
 
-void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std::function<void(int64_t, int64_t)>& on_progress) {
+void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std::function<void(int64_t, int64_t)>& on_progress,
+                      const InputEmbeddings* inputs) {
   if (chunk < 0) throw Error("prefill chunk must be >= 0");
+  if (inputs && inputs->token_types.size() != ids.size()) throw Error("feed: token types given for a different number of tokens");
   std::vector<int32_t> all;
   all.reserve(ids.size() + 1);
   if (pending_) all.push_back(*pending_);
@@ -45,10 +47,19 @@ void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std:
   last_feed_ = GenerationStats{};
   last_feed_.prompt_tokens = int64_t(all.size());
   if (all.empty()) return;
+  // The pending token is text: it goes in front of the given inputs.
+  InputEmbeddings all_inputs;
+  if (inputs) {
+    all_inputs = *inputs;
+    if (pending_) all_inputs.token_types.insert(all_inputs.token_types.begin(), int8_t(TokenType::Text));
+  }
   const size_t step = chunk > 0 ? size_t(chunk) : all.size();
   for (size_t i = 0; i < all.size(); i += step) {
     const size_t end = std::min(all.size(), i + step);
-    model_.forward_into(logits_, state_, std::vector<int32_t>(all.begin() + long(i), all.begin() + long(end)), forward_, pool_);
+    InputEmbeddings part;
+    if (inputs) part = all_inputs.slice(int64_t(i), int64_t(end), c.dim);
+    model_.forward_into(logits_, state_, std::vector<int32_t>(all.begin() + long(i), all.begin() + long(end)), forward_, pool_,
+                        nullptr, inputs ? &part : nullptr);
     if (on_progress) on_progress(int64_t(end), int64_t(all.size()));
   }
   pending_.reset();

@@ -367,6 +367,11 @@ int64_t compact_history_length(const ModelConfig& c, int64_t pos) {
 void save_session(const std::string& path, const Model& model, const SequenceState& st, SessionKind kind) {
   if (st.layers.size() != model.plan().layers.size())
     throw Error(path + ": cannot save: the sequence does not belong to this model (layer count differs)");
+  // A compact session is restored by a bounded replay of its last window, which cannot rebuild
+  // image-span positions (their rows came from the vision tower, not from the token ids).
+  if (kind == SessionKind::Compact && model.replay_window_has_images(st))
+    throw Error(path + ": cannot save a compact session: the last window of the sequence holds image-span positions, "
+                       "which a bounded replay cannot rebuild; save it exact (--exact)");
   std::vector<uint8_t> body;
   if (kind == SessionKind::Exact) put_exact_body(body, st);
   else put_compact_body(body, path, model, st);

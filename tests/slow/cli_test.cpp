@@ -170,6 +170,75 @@ TEST(Cli, RunSavesAndContinuesASession) {
   EXPECT_NE(bad.err.find("truncated"), std::string::npos) << bad.err;
 }
 
+// `run --image`: each image fills the next placeholder id (129264 in the tiny preset, as released):
+// ids given with --tokens, or written by the prompt encoder for -p (a tokenizer that knows
+// <｜deepseek_image｜>); bad images and unpaired placeholders are clear errors (chunked prefill
+// with images: vision_forward_test.cpp).
+TEST(Cli, RunTakesImagesForPlaceholderTokens) {
+  test::TempDir tmp;
+  const std::string images = std::string(DS41_SOURCE_DIR) + "/tests/data/vision/images/";
+  const std::string m = "-m " + test::tiny_model_dir(true) + " --threads 2";
+  const std::string two = " --tokens 0,129264,5,129264,9 --image " + images + "rgb_3x2.png --image " + images +
+                          "gray_57x43.jpg --max-tokens 2";
+  auto a = run_ds41("run " + m + two + " --json");
+  ASSERT_EQ(a.status, 0) << a.err;
+  auto j = nlohmann::json::parse(a.out);
+  ASSERT_EQ(j["images"].size(), 2u);
+  // 3 x 2 is upscaled to the 295,936-pixel minimum: 666 x 444 -> 672 x 448, 11 x 16 tokens (spec §C.2).
+  EXPECT_EQ(j["images"][0]["span_length"], 11 * 17 + 2);
+  EXPECT_EQ(j["images"][0]["span_start"], 1);
+  const int64_t len0 = j["images"][0]["span_length"], len1 = j["images"][1]["span_length"];
+  EXPECT_EQ(j["prompt"].size(), size_t(3 + len0 + len1));
+  EXPECT_GT(j["timing"]["vision_s"].get<double>(), 0.0);
+  // Errors: a damaged image, a missing file, placeholders and images that do not pair up.
+  {
+    std::ifstream in(images + "rgb_100x60.png", std::ios::binary);
+    std::string bytes(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(tmp.path() + "/cut.png", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  auto bad = run_ds41("run " + m + " --tokens 0,129264 --image " + tmp.path() + "/cut.png --max-tokens 1");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("cut.png: not a valid PNG image"), std::string::npos) << bad.err;
+  auto missing = run_ds41("run " + m + " --tokens 0,129264 --image " + tmp.path() + "/none.png --max-tokens 1");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("none.png: cannot open"), std::string::npos) << missing.err;
+  auto unpaired = run_ds41("run " + m + " --tokens 0,5 --image " + images + "rgb_3x2.png --max-tokens 1");
+  EXPECT_EQ(unpaired.status, 1);
+  EXPECT_NE(unpaired.err.find("0 image placeholder tokens (id 129264) but 1 image"), std::string::npos) << unpaired.err;
+  if (!test::have_shared()) return;
+  // -p: the V3 tokenizer has no <｜deepseek_image｜> (a clear error); with that token added as
+  // id 129264 (as in V4.1), the encoder's placeholder becomes the image's span.
+  const std::string v3 = test::shared_dir() + "/assets/deepseek_v3_tokenizer/tokenizer.json";
+  auto no_token = run_ds41("run " + m + " --tokenizer " + v3 + " -p Describe --image " + images + "rgb_3x2.png --max-tokens 1");
+  EXPECT_EQ(no_token.status, 1);
+  EXPECT_NE(no_token.err.find("does not encode <｜deepseek_image｜>"), std::string::npos) << no_token.err;
+  {
+    std::ifstream in(v3);
+    nlohmann::json t = nlohmann::json::parse(in);
+    // Added tokens take consecutive ids after the vocabulary (as in HF tokenizers): fill up to 129264.
+    auto added = [&](int64_t id, const std::string& content) {
+      t["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
+    };
+    int64_t next = 0;
+    for (const auto& a : t["added_tokens"]) next = std::max<int64_t>(next, a["id"].get<int64_t>() + 1);
+    next = std::max<int64_t>(next, int64_t(t["model"]["vocab"].size()));
+    for (int64_t id = next; id < 129264; ++id) added(id, "<｜filler_" + std::to_string(id) + "｜>");
+    added(129264, "<｜deepseek_image｜>");
+    std::ofstream(tmp / "tok.json") << t.dump();
+  }
+  auto p = run_ds41("run " + m + " --tokenizer " + tmp / "tok.json" + " -p Describe --image " + images +
+                    "rgb_3x2.png --max-tokens 1 --json");
+  ASSERT_EQ(p.status, 0) << p.err;
+  auto pj = nlohmann::json::parse(p.out);
+  ASSERT_EQ(pj["images"].size(), 1u);
+  const int64_t start = pj["images"][0]["span_start"], len = pj["images"][0]["span_length"];
+  EXPECT_EQ(len, 11 * 17 + 2);
+  for (int64_t i = start; i < start + len; ++i) EXPECT_EQ(pj["prompt"][size_t(i)], 129264) << i;
+  EXPECT_NE(pj["prompt"][size_t(start - 1)], 129264);
+  EXPECT_NE(pj["prompt"][size_t(start + len)], 129264);
+}
+
 // Comma-separated ids of a deterministic prompt longer than the window.
 std::string long_prompt(int n) {
   std::string s;
