@@ -2,11 +2,16 @@
 # The whole test suite, as CI runs it:
 #   1. Release build + every CTest test (unit tests, golden conformance, CLI tests);
 #   2. ASan+UBSan build of the same tests;
-#   3. the safetensors header fuzzer for a bounded time (clang/libFuzzer).
-# Environment: DS41_FUZZ_SECONDS (default 60), DS41_SKIP_SANITIZE=1 to skip step 2.
+#   3. the libFuzzer targets for a bounded time each (clang): safetensors header parser, reply
+#      parser, image decoders.
+# Environment: DS41_FUZZ_SECONDS (header fuzzer, default 60), DS41_REPLY_FUZZ_SECONDS (default 30),
+# DS41_IMAGE_FUZZ_SECONDS (default 30), DS41_SKIP_SANITIZE=1 to skip step 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
+# Test oracles from PyPI: the official openai client drives `ds41 serve`.
+python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai ||
+  echo "warning: could not install the openai package; its server test will be skipped" >&2
 jobs=$(nproc)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
@@ -25,13 +30,21 @@ if [[ "${DS41_SKIP_SANITIZE:-0}" != 1 ]]; then
 fi
 
 if command -v clang++ >/dev/null; then
-  echo "== fuzz: safetensors header parser (${DS41_FUZZ_SECONDS:-60}s)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDS41_FUZZ=ON -DDS41_BUILD_TESTS=OFF >/dev/null
-  cmake --build build-fuzz -j"$jobs" --target safetensors_header_fuzz
-  corpus=$(mktemp -d)
-  cp fuzz/corpus/safetensors_header/* "$corpus"/
-  build-fuzz/safetensors_header_fuzz -max_total_time="${DS41_FUZZ_SECONDS:-60}" -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
-  rm -rf "$corpus"
+  cmake --build build-fuzz -j"$jobs" --target safetensors_header_fuzz reply_parser_fuzz image_decode_fuzz
+  # target, seconds: the header parser guards untrusted files, the reply parser untrusted model
+  # output, the image decoders untrusted images.
+  for run in "safetensors_header ${DS41_FUZZ_SECONDS:-60}" "reply_parser ${DS41_REPLY_FUZZ_SECONDS:-30}" \
+             "image_decode ${DS41_IMAGE_FUZZ_SECONDS:-30}"; do
+    read -r target seconds <<<"$run"
+    echo "== fuzz: $target (${seconds}s)"
+    corpus=$(mktemp -d)
+    cp fuzz/corpus/"$target"/* "$corpus"/
+    dict=()
+    [[ -f fuzz/$target.dict ]] && dict=(-dict="fuzz/$target.dict")
+    build-fuzz/"${target}_fuzz" "${dict[@]}" -max_total_time="$seconds" -print_final_stats=1 "$corpus" 2>&1 | tail -n 5
+    rm -rf "$corpus"
+  done
 fi
 echo "== all tests passed"

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "model/model.h"
 
 namespace ds41::cli {
 
@@ -54,6 +55,7 @@ bool Args::parse(int argc, char** argv) {
         value = argv[++i];
       }
       values_[name] = value;
+      all_values_[name].push_back(value);
     } else {
       positional_.push_back(a);
     }
@@ -87,6 +89,11 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   } catch (const std::exception&) {
     throw Error("ds41 " + command_ + ": --" + name + " expects an integer, got '" + *v + "'");
   }
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  auto it = all_values_.find(name);
+  return it == all_values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 double Args::get_double(const std::string& name, double fallback) const {
@@ -154,6 +161,12 @@ int resolve_threads(int64_t requested) {
   }
   if (requested > 1024) throw Error("--threads " + std::to_string(requested) + " is more than 1024");
   return int(requested);
+}
+
+PrefillMode parse_prefill_mode(const std::string& s) {
+  if (s == "full") return PrefillMode::Full;
+  if (s == "ced") return PrefillMode::Ced;
+  throw Error("--prefill: unknown mode '" + s + "' (expected full or ced)");
 }
 
 }  // namespace ds41::cli

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace ds41 {
+enum class PrefillMode;  // model/model.h
+}
+
 namespace ds41::cli {
 
 struct OptionSpec {
@@ -29,6 +33,8 @@ class Args {
   std::string get_or(const std::string& name, const std::string& fallback) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
+  // Every value of a repeatable option, in command-line order (get() returns the last one).
+  std::vector<std::string> get_all(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
   std::string help_text() const;
 
@@ -37,6 +43,7 @@ class Args {
   std::string command_, summary_, usage_;
   std::vector<OptionSpec> options_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   std::vector<std::string> positional_;
 };
 
@@ -44,6 +51,9 @@ class Args {
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& what);
 // Token ids: parse_int_list plus a range check against the vocabulary.
 std::vector<int32_t> parse_token_ids(const std::string& s, int64_t vocab, const std::string& what = "--tokens");
+
+// --prefill full|ced.
+PrefillMode parse_prefill_mode(const std::string& s);
 
 // Threads: --threads N (0 = all cores).
 int resolve_threads(int64_t requested);

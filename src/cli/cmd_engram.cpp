@@ -11,22 +11,70 @@
 #include "model/config.h"
 #include "model/engram_hash.h"
 #include "model/model.h"
+#include "base/thread_pool.h"
+#include "runtime/engram_bench.h"
 
 namespace ds41::cli {
+
+namespace {
+
+int engram_bench(const Args& args) {
+  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  if (dir.empty()) throw Error("ds41 engram --bench: -m DIR is required");
+  ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
+  auto model = Model::load(dir);
+  const EngramBenchResult r = engram_lookup_benchmark(*model, dir, args.get_int("positions", 256), &pool, 1);
+  nlohmann::json j = {{"engram_layers", r.engram_layers},
+                      {"rows_per_token", r.rows_per_token},
+                      {"row_bytes", r.row_bytes},
+                      {"bytes_read_per_token", r.rows_per_token * r.row_bytes},
+                      {"table_bytes", r.table_bytes},
+                      {"positions", r.positions},
+                      {"hash_us_per_token", r.hash_us_per_token},
+                      {"gather_cold_us_per_token", r.gather_cold_us_per_token},
+                      {"gather_warm_us_per_token", r.gather_warm_us_per_token},
+                      {"engram_step_us_per_token", r.engram_step_us_per_token},
+                      {"decode_step_us", r.decode_step_us},
+                      {"engram_share_of_decode", r.engram_step_us_per_token / r.decode_step_us},
+                      {"cold_cache_dropped", r.cold_cache_dropped},
+                      {"threads", pool.size()}};
+  if (args.flag("json")) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("Engram: %d layers, %lld rows/token x %lld B = %lld B read per token, tables %.1f MiB\n", r.engram_layers,
+              (long long)r.rows_per_token, (long long)r.row_bytes, (long long)(r.rows_per_token * r.row_bytes),
+              double(r.table_bytes) / 1048576.0);
+  std::printf("per token over %lld positions (%d threads):\n", (long long)r.positions, pool.size());
+  std::printf("  hashing            %9.2f us\n", r.hash_us_per_token);
+  std::printf("  row reads, cold    %9.2f us%s\n", r.gather_cold_us_per_token,
+              r.cold_cache_dropped ? "" : "  (page cache could not be dropped: may be warm)");
+  std::printf("  row reads, warm    %9.2f us\n", r.gather_warm_us_per_token);
+  std::printf("  whole Engram step  %9.2f us (rows + wkv + gates, warm)\n", r.engram_step_us_per_token);
+  std::printf("  decode step        %9.2f us (whole model, for scale: Engram = %.1f %%)\n", r.decode_step_us,
+              100.0 * r.engram_step_us_per_token / r.decode_step_us);
+  return 0;
+}
+
+}  // namespace
 
 int cmd_engram(int argc, char** argv) {
   Args args("engram", "print the Engram hash rows of a sequence",
             "ds41 engram --config FILE --compressed-ids 5231,887,... [--pad-id N] [--json]\n"
-            "       ds41 engram -m DIR --tokens 0,5,9,... [--json]",
+            "       ds41 engram -m DIR --tokens 0,5,9,... [--json]\n"
+            "       ds41 engram -m DIR --bench [--positions N] [--threads N] [--json]",
             {{"config", "FILE", "model config (HF or flat); with --compressed-ids", ""},
              {"compressed-ids", "IDS", "compressed token ids, -1 marks an image position", ""},
              {"pad-id", "N", "compressed id of the pad token (with --config)", "2"},
              {"model", "DIR", "checkpoint directory (its compressed token map turns --tokens into ids)", ""},
              {"m", "DIR", "same as --model", ""},
              {"tokens", "IDS", "raw token ids (with -m)", ""},
-             {"json", "", "JSON output (the only format; accepted for symmetry)", ""},
-             {"threads", "N", "unused (hashing is cheap); accepted like every compute command", "0"}});
+             {"bench", "", "time the Engram lookup per token (hash, cold/warm row reads, whole step)", ""},
+             {"positions", "N", "tokens the benchmark times", "256"},
+             {"json", "", "JSON output (row ids: the only format)", ""},
+             {"threads", "N", "worker threads for --bench (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
+  if (args.flag("bench")) return engram_bench(args);
   ModelConfig c;
   std::vector<int64_t> history;
   int64_t pad = args.get_int("pad-id", 2);

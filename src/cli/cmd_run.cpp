@@ -1,12 +1,14 @@
-// `ds41 run`: generate from token ids (text prompts arrive with the tokenizer), and `ds41 dump`:
-// every block's hyper-connection stream and every position's logits after a prefill, for
-// comparison with any oracle. Without -m, run uses the built-in demo model (a random-weight
-// checkpoint written to the cache folder on first use).
+// `ds41 run`: one answer to a text prompt (encoded with the official prompt format, streamed as
+// it is generated) or a raw continuation of token ids; and `ds41 dump`: every block's
+// hyper-connection stream and every position's logits after a prefill, for comparison with any
+// oracle. Without -m, run uses the built-in demo model (a random-weight checkpoint written to the
+// cache folder on first use).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -16,11 +18,21 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/run_dspark.h"
+#include "cli/run_images.h"
 #include "io/safetensors_writer.h"
 #include "model/model.h"
 #include "model/presets.h"
 #include "model/random_checkpoint.h"
+#include "runtime/generation.h"
 #include "runtime/sampler.h"
+#include "cli/model_files.h"
+#include "cli/progress.h"
+#include "cli/reply_printer.h"
+#include "cli/sampling_args.h"
+#include "text/prompt_encoder.h"
+#include "text/reply_parser.h"
+#include "text/stream_decoder.h"
+#include "text/tokenizer.h"
 #include "runtime/session.h"
 
 namespace ds41::cli {
@@ -43,141 +55,210 @@ int64_t peak_rss_bytes() {
   return int64_t(kb) * 1024;
 }
 
-// The demo model: the `tiny` preset (every mechanism, Engram included) with random weights, in the
-// cache folder.
-std::string demo_model_dir() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path cache = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
-  fs::path dir = cache / "ds41" / "tiny";
-  if (!fs::exists(dir / "model.safetensors.index.json")) {
-    std::fprintf(stderr, "run: no model given (-m DIR); writing the built-in demo model (random weights) to %s\n",
-                 dir.string().c_str());
-    ModelConfig c = preset_config("tiny");
-    RandomCheckpointOptions opt;
-    opt.seed = 0;
-    write_random_checkpoint(c, dir.string(), opt);
-  }
-  return dir.string();
-}
-
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  std::vector<OptionSpec> options =
-            {{"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
-             {"m", "DIR", "same as --model", ""},
-             {"tokens", "IDS", "comma-separated prompt token ids", "0,128803,63006,44388,305,4575"},
-             {"max-tokens", "N", "tokens to generate", "16"},
-             {"temp", "T", "sampling temperature (0 = greedy)", "0"},
-             {"top-p", "P", "nucleus sampling threshold (1 = off)", "1"},
-             {"seed", "N", "sampling seed", "0"},
-             {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
-             {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
-             {"load-session", "FILE", "continue a saved sequence: --tokens are appended to it", ""},
-             {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
-             {"json", "", "print generated ids, the top-5 logits of each step and timings as JSON", ""},
-             {"threads", "N", "worker threads (0 = all cores)", "0"}};
-  options.insert(options.end(), kDsparkRunOptions.begin(), kDsparkRunOptions.end());
-  Args args("run", "generate tokens from a prompt of token ids",
-            "ds41 run [-m DIR] [--tokens 0,5,9,...] [--max-tokens N] [--temp T] [--json] [--load-session FILE] [--save-session FILE] "
-            "[--dspark [--draft-tokens N] [--dspark-confidence C] [--compare]]",
-            options);
+  std::vector<OptionSpec> specs = {
+      {"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
+      {"m", "DIR", "same as --model", ""},
+      {"prompt", "TEXT", "the user message (encoded with the model's prompt format)", ""},
+      {"p", "TEXT", "same as --prompt", ""},
+      {"system", "TEXT", "system prompt (with -p)", ""},
+      {"think", "", "thinking mode: the model reasons first (with -p)", ""},
+      {"no-think", "", "chat mode, the default (with -p)", ""},
+      {"effort", "N", "reasoning effort in thinking mode: low, high, max or 1-100", "high"},
+      {"raw", "", "with -p: tokenize the text as it is, no prompt format", ""},
+      {"tokenizer", "FILE", "tokenizer.json to use instead of the model directory's", ""},
+      {"tokens", "IDS", "comma-separated prompt token ids instead of -p (prints ids)", ""},
+      {"image", "FILE", "a PNG/JPEG/WebP image (repeatable, in order): with -p it goes before the text of the message; "
+                        "with --tokens or --raw it fills the next image placeholder id (129264)", ""},
+      {"max-tokens", "N", "tokens to generate", "256"},
+      {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
+      {"prefill", "MODE", "full (exact) or ced: a call longer than the window runs the decoder layers over its last window only", "full"},
+      {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
+      {"load-session", "FILE", "continue a saved sequence: the prompt is appended to it", ""},
+      {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
+      {"exact", "", "with --save-session: store the window rings too (restore continues bit-identically; default: compact, rings rebuilt by bounded replay)", ""},
+      {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
+      {"json", "", "print the result (text parts or ids, per-step top-5 logits for --tokens, timings) as JSON", ""},
+      {"threads", "N", "worker threads (0 = all cores)", "0"}};
+  for (auto& s : sampling_option_specs(0.0, 1.0)) specs.push_back(s);
+  specs.insert(specs.end(), kDsparkRunOptions.begin(), kDsparkRunOptions.end());
+  Args args("run", "generate an answer to a prompt (text with -p, or token ids with --tokens)",
+            "ds41 run [-m DIR] -p TEXT [--image FILE ...] [--system S] [--think|--no-think] [--effort N] [--max-tokens N] [--temp T] [--json]\n"
+            "       ds41 run [-m DIR] --tokens 0,5,9,... [--image FILE ...] [--max-tokens N] [--json]\n"
+            "       ds41 run ... --dspark [--draft-tokens N] [--dspark-confidence C] [--compare]",
+            specs);
   if (!args.parse(argc, argv)) return 0;
-  std::string dir = args.get_or("model", args.get_or("m", ""));
-  if (dir.empty()) dir = demo_model_dir();
-  ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
-  auto t_load = std::chrono::steady_clock::now();
-  auto model = Model::load(dir);
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-  const ModelConfig& c = model->config();
-  const std::vector<int32_t> prompt = parse_token_ids(*args.get("tokens"), c.vocab_size);
-  const int64_t max_tokens = args.get_int("max-tokens", 16);
+  const std::string dir = model_dir_or_demo(args);
+  const std::string text = args.get_or("prompt", args.get_or("p", ""));
+  const bool text_mode = args.get("prompt") || args.get("p");
+  if (text_mode && args.get("tokens")) throw Error("give either -p TEXT or --tokens IDS, not both");
+  if (args.flag("think") && args.flag("no-think")) throw Error("--think and --no-think contradict each other");
+  const bool json_out = args.flag("json");
+  const bool dspark = dspark_requested(args);
+  const SamplerOptions so = sampler_options_from(args, 0.0, 1.0);
+  const int64_t max_tokens = args.get_int("max-tokens", 256);
   if (max_tokens < 0) throw Error("--max-tokens must be >= 0");
-  SamplerOptions so;
-  so.temperature = args.get_double("temp", 0.0);
-  so.top_p = args.get_double("top-p", 1.0);
-  so.seed = uint64_t(args.get_int("seed", 0));
-  if (so.temperature < 0 || so.top_p <= 0 || so.top_p > 1) throw Error("--temp must be >= 0 and --top-p in (0, 1]");
-  Sampler sampler(so);
-  ForwardOptions fo;
-  fo.corrected_index_keys = args.flag("corrected-index-keys");
   const int64_t chunk = args.get_int("chunk", 0);
   if (chunk < 0) throw Error("--chunk must be >= 0");
+  std::optional<Tokenizer> tok;
+  if (text_mode) tok.emplace(load_model_tokenizer(dir, args.get_or("tokenizer", "")));
+
+  ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
+  auto t_load = std::chrono::steady_clock::now();
+  std::unique_ptr<Model> model;
+  {
+    ProgressBar bar("loading");
+    model = Model::load(dir, [&](const char* stage, int64_t d, int64_t t) { bar.update(stage, d, t); });
+    if (args.flag("mlock")) lock_model_weights(model->weights());
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  const ModelConfig& c = model->config();
+  ForwardOptions fo;
+  fo.corrected_index_keys = args.flag("corrected-index-keys");
+  fo.prefill = parse_prefill_mode(args.get_or("prefill", "full"));
 
   // A loaded session must be checked before any work: a wrong file is an error, not a new sequence.
   const std::string load_path = args.get_or("load-session", "");
   const std::string save_path = args.get_or("save-session", "");
-  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model);
-  if (st.pos + int64_t(prompt.size()) > c.max_seq_len)
-    throw Error("--tokens: the sequence would be " + std::to_string(st.pos + int64_t(prompt.size())) +
-                " tokens long, more than the model's max_seq_len " + std::to_string(c.max_seq_len));
+  if (args.flag("exact") && save_path.empty()) throw Error("--exact: it chooses how --save-session saves; give --save-session FILE");
+  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model, &pool, fo);
   const int64_t start_pos = st.pos;
-  if (dspark_requested(args))
-    return run_dspark(args, *model, st,
-                      {dir, prompt, max_tokens, so, fo, chunk, args.flag("json"), load_path, save_path, load_s, start_pos}, pool);
+
+  // The prompt ids.
+  std::vector<int32_t> prompt;
+  const bool thinking = args.flag("think");
+  if (text_mode && !args.get_all("image").empty()) check_tokenizer_image_token(*tok, c);
+  if (text_mode) {
+    if (args.flag("raw")) {
+      prompt = tok->encode(text);
+    } else {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      const std::string system = args.get_or("system", "");
+      if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+      messages.push_back({{"role", "user"}, {"content", user_content_with_images(text, args.get_all("image"))}});
+      PromptOptions po;
+      po.thinking_mode = thinking ? ThinkingMode::thinking : ThinkingMode::chat;
+      po.reasoning_effort = parse_reasoning_effort(args.get_or("effort", "high"));
+      po.add_bos = start_pos == 0;  // a continued session already has its BOS
+      prompt = tok->encode(encode_prompt(messages, po).text);
+    }
+  } else {
+    prompt = parse_token_ids(args.get_or("tokens", "0,128803,63006,44388,305,4575"), c.vocab_size);
+  }
+  if (prompt.empty()) throw Error("the prompt is empty");
+  // Image placeholders in the ids become image spans (their rows from the vision tower).
+  const RunImages images = prepare_run_images(*model, prompt, args.get_all("image"), &pool);
+  prompt = images.prompt.tokens;
+  // Caches sized once for the whole answer: no reallocation inside the decode loop.
+  reserve_sequence(st, c, model->plan(), std::min<int64_t>(c.max_seq_len, st.pos + int64_t(prompt.size()) + max_tokens));
+
   json steps = json::array();
   std::vector<int32_t> generated;
-  auto record_step = [&](const std::vector<float>& logits) {
-    std::vector<int32_t> idx(static_cast<size_t>(c.vocab_size));
-    for (int32_t i = 0; i < c.vocab_size; ++i) idx[size_t(i)] = i;
-    std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
-    json top = json::array();
-    for (int i = 0; i < 5; ++i) top.push_back({{"id", idx[size_t(i)]}, {"logit", logits[size_t(idx[size_t(i)])]}});
-    steps.push_back({{"top5", top}});
-  };
-
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits;
-  for (size_t i = 0; i < prompt.size(); i += size_t(chunk ? chunk : int64_t(prompt.size()))) {
-    size_t end = chunk ? std::min(prompt.size(), i + size_t(chunk)) : prompt.size();
-    logits = model->forward(st, std::vector<int32_t>(prompt.begin() + long(i), prompt.begin() + long(end)), fo, &pool);
+  GenerationLimits lim;
+  lim.max_tokens = max_tokens;
+  lim.stop_ids = {int32_t(c.eos_token_id)};
+  std::optional<StreamDecoder> decoder;
+  std::optional<ReplyParser> parser;
+  std::optional<ReplyPrinter> printer;
+  ParsedReply reply;
+  if (text_mode) {
+    decoder.emplace(*tok);
+    parser.emplace(ReplyParserOptions{args.flag("raw") ? ThinkingMode::chat : (thinking ? ThinkingMode::thinking : ThinkingMode::chat), "call_"});
+    if (!json_out) printer.emplace();
   }
-  auto t1 = std::chrono::steady_clock::now();
-  for (int64_t n = 0; n < max_tokens; ++n) {
-    if (st.pos >= c.max_seq_len) break;
-    int32_t tok = sampler.sample(logits.data(), c.vocab_size, uint64_t(n));
-    record_step(logits);
-    steps.back()["token"] = tok;
-    generated.push_back(tok);
-    if (!args.flag("json")) {
-      std::printf("%s%d", n ? "," : "", tok);
+  auto deliver = [&](const std::vector<ReplyEvent>& events) {
+    collect_reply_events(reply, events);
+    if (printer)
+      for (const auto& e : events) printer->print(e);
+  };
+  // Each token with the logits it was chosen from (plain decoding's row, with --dspark too).
+  auto on_token = [&](int32_t t, const float* logits) {
+    if (!text_mode && json_out) {
+      std::vector<int32_t> idx(static_cast<size_t>(c.vocab_size));
+      for (int32_t i = 0; i < c.vocab_size; ++i) idx[size_t(i)] = i;
+      std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int32_t a, int32_t b) {
+        return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+      });
+      json top = json::array();
+      for (int i = 0; i < 5; ++i) top.push_back({{"id", idx[size_t(i)]}, {"logit", logits[size_t(idx[size_t(i)])]}});
+      steps.push_back({{"top5", top}, {"token", t}});
+    }
+    if (text_mode) {
+      if (t != c.eos_token_id || args.flag("raw")) deliver(parser->feed(decoder->push(t)));
+    } else if (!json_out) {
+      std::printf("%s%d", generated.empty() ? "" : ",", t);
       std::fflush(stdout);
     }
-    if (tok == c.eos_token_id || n + 1 == max_tokens) break;
-    logits = model->forward(st, {tok}, fo, &pool);
+    generated.push_back(t);
+    return true;
+  };
+  GenerationStats stats;
+  nlohmann::json dspark_report;
+  std::optional<Generation> gen;
+  if (dspark) {
+    DsparkRunResult r = run_dspark(args, *model, st, {prompt, max_tokens, so, fo, chunk, images.inputs(), !save_path.empty()},
+                                   pool, on_token);
+    stats = r.stats;
+    dspark_report = std::move(r.dspark);
+  } else {
+    gen.emplace(*model, std::move(st), Sampler(so), &pool, fo);
+    gen->feed(prompt, chunk, {}, images.inputs());  // checks the context length before running anything
+    stats = gen->generate(lim, [&](int32_t t) { return on_token(t, gen->last_logits().data()); });
   }
-  auto t2 = std::chrono::steady_clock::now();
+  if (text_mode) {
+    std::vector<ReplyEvent> tail = parser->feed(decoder->flush());
+    auto fin = parser->finish();
+    tail.insert(tail.end(), fin.begin(), fin.end());
+    deliver(tail);
+    if (printer) printer->finish();
+  }
   if (!save_path.empty()) {
-    // The loop stops before feeding the last sampled token; feed it so the saved sequence holds
-    // everything printed and a later --load-session continues after it.
-    if (!generated.empty() && st.pos < c.max_seq_len &&
-        st.pos < start_pos + int64_t(prompt.size() + generated.size()))
-      model->forward(st, {generated.back()}, fo, &pool);
-    save_session(save_path, *model, st);
+    // Everything printed goes into the saved sequence, so --load-session continues after it.
+    if (gen) gen->commit_pending();  // run_dspark has fed its last token already
+    save_session(save_path, *model, gen ? gen->state() : st, args.flag("exact") ? SessionKind::Exact : SessionKind::Compact);
   }
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  const double decode_tps = generated.size() > 1 ? double(generated.size() - 1) / decode_s : 0.0;
-  if (args.flag("json")) {
+  json timing = {{"load_s", load_s},
+                 {"prompt_tokens", int64_t(prompt.size())},
+                 {"prefill_s", stats.prefill_s},
+                 {"prefill_tokens_per_s", stats.prefill_tokens_per_s()},
+                 {"time_to_first_token_s", stats.time_to_first_token_s},
+                 {"generated_tokens", stats.generated_tokens},
+                 {"decode_s", stats.decode_s},
+                 {"decode_tokens_per_s", stats.decode_tokens_per_s()},
+                 {"threads", pool.size()},
+                 {"peak_rss_bytes", peak_rss_bytes()}};
+  if (images.any()) timing["vision_s"] = images.seconds;
+  if (json_out) {
     json j;
     j["model"] = dir;
     j["prompt"] = prompt;
+    if (images.any()) j["images"] = images.describe();
     if (!load_path.empty()) j["session_start_pos"] = start_pos;
     j["generated"] = generated;
-    j["steps"] = steps;
-    j["timing"] = {{"load_s", load_s}, {"prefill_s", prefill_s}, {"prefill_tokens_per_s", double(prompt.size()) / prefill_s},
-                   {"decode_s", decode_s}, {"decode_tokens_per_s", decode_tps}, {"threads", pool.size()},
-                   {"peak_rss_bytes", peak_rss_bytes()}};
+    j["finish_reason"] = finish_reason_name(stats.finish);
+    if (text_mode) {
+      j["reasoning"] = reply.reasoning;
+      j["content"] = reply.content;
+      json calls = json::array();
+      for (const auto& tc : reply.tool_calls) calls.push_back({{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments}});
+      j["tool_calls"] = calls;
+      j["warnings"] = reply.warnings;
+    } else {
+      j["steps"] = steps;
+    }
+    j["timing"] = timing;
+    if (dspark) j["dspark"] = dspark_report;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("\n");
+    if (!text_mode) std::printf("\n");
     std::fflush(stdout);
-    std::fprintf(stderr, "load %.2f s | prefill %zu tokens in %.3f s (%.1f tok/s) | decode %zu tokens in %.3f s (%.1f tok/s) | %d threads\n",
-                 load_s, prompt.size(), prefill_s, double(prompt.size()) / prefill_s, generated.size(), decode_s,
-                 decode_tps, pool.size());
+    std::fprintf(stderr,
+                 "load %.2f s | prompt %zu tokens, prefill %.2f s (%.1f tok/s) | first token %.2f s | %lld tokens at %.1f tok/s | %s | %d threads\n",
+                 load_s, prompt.size(), stats.prefill_s, stats.prefill_tokens_per_s(), stats.time_to_first_token_s,
+                 (long long)stats.generated_tokens, stats.decode_tokens_per_s(), finish_reason_name(stats.finish), pool.size());
+    if (dspark) print_dspark_summary(dspark_report);
   }
   return 0;
 }

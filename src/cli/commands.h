@@ -10,5 +10,12 @@ int cmd_conform(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_dump(int argc, char** argv);
 int cmd_engram(int argc, char** argv);
+int cmd_prompt(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
+int cmd_detokenize(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_prefill_compare(int argc, char** argv);
 
 }  // namespace ds41::cli

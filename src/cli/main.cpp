@@ -22,7 +22,14 @@ const Command kCommands[] = {
     {"inspect", ds41::cli::cmd_inspect, "describe a checkpoint or config (layer plan, tensors, KV bytes, validation)"},
     {"mkmodel", ds41::cli::cmd_mkmodel, "write a random-weight checkpoint in the released layout"},
     {"engram", ds41::cli::cmd_engram, "print the Engram hash rows of a sequence"},
+    {"prompt", ds41::cli::cmd_prompt, "print the prompt text of an OpenAI-style conversation"},
+    {"chat", ds41::cli::cmd_chat, "talk with the model in the terminal"},
+    {"serve", ds41::cli::cmd_serve, "serve an OpenAI- and Anthropic-compatible HTTP API"},
+    {"tokenize", ds41::cli::cmd_tokenize, "print the token ids of a text (tokenizer.json)"},
+    {"detokenize", ds41::cli::cmd_detokenize, "print the text of token ids"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
+    {"bench", ds41::cli::cmd_bench, "measure bandwidth, FMA peak, prefill/decode speed and their efficiencies"},
+    {"bench-prefill", ds41::cli::cmd_prefill_compare, "compare full and CED prefill (speed, next-token divergence)"},
 };
 
 void print_usage(FILE* f) {

@@ -25,6 +25,7 @@
 #include "base/error.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
+#include "kernels/simd_kernels.h"
 
 namespace ds41 {
 namespace {
@@ -111,7 +112,8 @@ constexpr int64_t kTileCols = 16;
 constexpr int kMicroRows = 4;  // x rows that share each loaded weight vector in the inner loop
 
 // Grow-only per-thread scratch: no allocation once a thread has seen the largest K.
-float* scratch(std::vector<float>& buffer, int64_t n) {
+template <class T>
+T* scratch(std::vector<T>& buffer, int64_t n) {
   if (int64_t(buffer.size()) < n) buffer.resize(size_t(n));
   return buffer.data();
 }
@@ -355,25 +357,170 @@ struct Bf16WRows {
   }
 };
 
+struct Bf16At {
+  const uint16_t* x;
+  float operator()(int64_t i) const { return bf16_to_f32(x[i]); }
+};
+struct F32At {
+  const float* x;
+  float operator()(int64_t i) const { return x[i]; }
+};
+
 struct F32WRows {
   const float* W;
   int64_t K;
   const float* row(int64_t n, std::vector<float>&) const { return W + n * K; }
 };
 
+// ============================================================================================
+// SIMD paths (simd_kernels.h): activations prepared per call here, kernels per ISA level.
+// ============================================================================================
+
+constexpr int64_t kSimdTileRows = 16;  // activation rows that share each decoded weight row
+
+// Tiles of an [rows, N] output for the SIMD kernels: enough column tiles to keep every thread
+// busy (which thread computes an element never changes its value).
+template <class Task>
+void for_each_simd_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, const Task& task) {
+  ThreadPool* p = pool_for_work(pool, rows * N * K);
+  const int64_t threads = p ? p->size() : 1;
+  const int64_t row_tiles = (rows + kSimdTileRows - 1) / kSimdTileRows;
+  const int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
+  const int64_t col_tiles = (N + col_tile - 1) / col_tile;
+  parallel_for(p, row_tiles * col_tiles, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t ct = t / row_tiles, rt = t % row_tiles;
+      task(rt * kSimdTileRows, std::min(rows, (rt + 1) * kSimdTileRows), ct * col_tile,
+           std::min(N, (ct + 1) * col_tile));
+    }
+  });
+}
+
+void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, const Fp8Matrix& W,
+                     uint16_t* y, ThreadPool* pool) {
+  check_quantized_dims("linear_fp8", M, W.N, W.K);
+  if (M == 0 || W.N == 0) return;
+  const int64_t K = W.K, KB = K / kBlock;
+  thread_local std::vector<uint8_t> codes_buffer, special_buffer;
+  thread_local std::vector<float> scales_buffer, values_buffer;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
+    const int64_t rows = std::min(kChunkRows, M - m0);
+    uint8_t* codes = scratch(codes_buffer, rows * K);
+    float* scales = scratch(scales_buffer, rows * KB);
+    float* values = scratch(values_buffer, rows * K);
+    uint8_t* special = scratch(special_buffer, rows);
+    parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        kt.prepare_fp8_row(x + (m0 + r) * K, K, codes + r * K, scales + r * KB, values + r * K, special + r);
+    });
+    for_each_simd_tile(rows, W.N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      const simd::Fp8Activations act{values + r0 * K, scales + r0 * KB, codes + r0 * K, special + r0, K};
+      kt.fp8(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
+    });
+  }
+}
+
+void simd_linear_fp4(const simd::KernelTable& kt, const uint16_t* x, int64_t M, const Fp4Matrix& W,
+                     uint16_t* y, ThreadPool* pool) {
+  check_quantized_dims("linear_fp4", M, W.N, W.K);
+  if (M == 0 || W.N == 0) return;
+  const int64_t K = W.K, KB = K / kBlock;
+  thread_local std::vector<uint8_t> codes_buffer, special_buffer;
+  thread_local std::vector<float> raw_scales_buffer, scales_buffer;
+  thread_local std::vector<int8_t> chunks_buffer;
+  thread_local std::vector<int32_t> offsets_buffer;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
+    const int64_t rows = std::min(kChunkRows, M - m0);
+    uint8_t* codes = scratch(codes_buffer, rows * K);
+    float* raw_scales = scratch(raw_scales_buffer, rows * KB);
+    float* scales = scratch(scales_buffer, rows * KB);
+    int8_t* chunks = scratch(chunks_buffer, rows * 3 * K);
+    int32_t* offsets = scratch(offsets_buffer, rows * KB);
+    uint8_t* special = scratch(special_buffer, rows);
+    parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        kt.prepare_fp4_row(x + (m0 + r) * K, K, codes + r * K, raw_scales + r * KB, chunks + r * 3 * K,
+                           offsets + r * KB, scales + r * KB, special + r);
+    });
+    for_each_simd_tile(rows, W.N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      const simd::Fp4Activations act{chunks + r0 * 3 * K, offsets + r0 * KB, scales + r0 * KB,
+                                     codes + r0 * K,      raw_scales + r0 * KB, special + r0, K};
+      kt.fp4(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
+    });
+  }
+}
+
+// Dense SIMD path: activations widened exactly to double per chunk of rows.
+template <class XAt, class WT>
+void simd_dense_linear(const char* what, void (*kernel)(const double*, int64_t, const WT*, int64_t, int64_t, int64_t,
+                                                        const simd::DenseOutput&),
+                       int64_t M, int64_t N, int64_t K, const XAt& x_at, const WT* W, float* y_f32,
+                       uint16_t* y_bf16, ThreadPool* pool) {
+  check_dims(what, M, N, K);
+  if (M == 0 || N == 0) return;
+  thread_local std::vector<double> x_buffer;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
+    const int64_t rows = std::min(kChunkRows, M - m0);
+    double* xd = scratch(x_buffer, rows * K);
+    parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * K; i < r1 * K; ++i) xd[i] = double(x_at(m0 * K + i));
+    });
+    for_each_simd_tile(rows, N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      const simd::DenseOutput out{y_f32 ? y_f32 + (m0 + r0) * N : nullptr,
+                                  y_bf16 ? y_bf16 + (m0 + r0) * N : nullptr, N};
+      kernel(xd + r0 * K, r1 - r0, W, K, n0, n1, out);
+    });
+  }
+}
+
 }  // namespace
+
+// ---- scalar elements for the SIMD paths (simd_kernels.h) ------------------------------------
+namespace simd {
+
+uint16_t fp8_element_scalar(const uint8_t* codes, const float* scales, const Fp8Matrix& W, int64_t n) {
+  const int64_t KB = W.K / kBlock;
+  float a[kBlock], w[kBlock], acc = 0.0f;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    for (int64_t i = 0; i < kBlock; ++i) {
+      a[i] = e4m3_to_f32(codes[kb * kBlock + i]);
+      w[i] = e4m3_to_f32(W.w[n * W.K + kb * kBlock + i]);
+    }
+    acc += (exact_block_dot(a, w) * scales[kb]) * e8m0_to_f32(W.scale[(n / kBlock) * KB + kb]);
+  }
+  return f32_to_bf16(acc);
+}
+
+uint16_t fp4_element_scalar(const uint8_t* codes, const float* scales, const Fp4Matrix& W, int64_t n) {
+  const int64_t KB = W.K / kBlock;
+  float a[kBlock], w[kBlock], acc = 0.0f;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    for (int64_t i = 0; i < kBlock; ++i) {
+      a[i] = e4m3_to_f32(codes[kb * kBlock + i]);
+      w[i] = e2m1_to_f32(fp4_get(W.w + n * (W.K / 2), kb * kBlock + i));
+    }
+    acc += (exact_block_dot(a, w) * scales[kb]) * e8m0_to_f32(W.scale[n * KB + kb]);
+  }
+  return f32_to_bf16(acc);
+}
+
+}  // namespace simd
 
 // ---- public fast paths -----------------------------------------------------------------------
 void linear_fp8(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y, ThreadPool* pool) {
+  if (const simd::KernelTable* kt = simd::active_kernels()) return simd_linear_fp8(*kt, x, M, W, y, pool);
   quantized_linear("linear_fp8", x, M, W.N, W.K, Fp8Rows{W, (W.K + kBlock - 1) / kBlock}, y, pool);
 }
 
 void linear_fp4(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y, ThreadPool* pool) {
+  if (const simd::KernelTable* kt = simd::active_kernels()) return simd_linear_fp4(*kt, x, M, W, y, pool);
   quantized_linear("linear_fp4", x, M, W.N, W.K, Fp4Rows{W}, y, pool);
 }
 
 void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, uint16_t* y,
                  ThreadPool* pool) {
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return simd_dense_linear("linear_bf16", kt->dense_bf16w, M, N, K, Bf16At{x}, W, nullptr, y, pool);
   dense_linear(
       "linear_bf16", M, N, K, Bf16XRows{x, K}, Bf16WRows{W, K},
       [&](int64_t m, int64_t n, float v) { y[m * N + n] = f32_to_bf16(v); }, pool);
@@ -381,6 +528,8 @@ void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int
 
 void linear_bf16_f32out(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K,
                         float* y, ThreadPool* pool) {
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return simd_dense_linear("linear_bf16_f32out", kt->dense_bf16w, M, N, K, Bf16At{x}, W, y, nullptr, pool);
   dense_linear(
       "linear_bf16_f32out", M, N, K, Bf16XRows{x, K}, Bf16WRows{W, K},
       [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);
@@ -388,6 +537,8 @@ void linear_bf16_f32out(const uint16_t* x, int64_t M, const uint16_t* W, int64_t
 
 void linear_f32(const float* x, int64_t M, const float* W, int64_t N, int64_t K, float* y,
                 ThreadPool* pool) {
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return simd_dense_linear("linear_f32", kt->dense_f32w, M, N, K, F32At{x}, W, y, nullptr, pool);
   dense_linear(
       "linear_f32", M, N, K, F32XRows{x, K}, F32WRows{W, K},
       [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);
@@ -395,6 +546,8 @@ void linear_f32(const float* x, int64_t M, const float* W, int64_t N, int64_t K,
 
 void linear_f32_wbf16(const float* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, float* y,
                       ThreadPool* pool) {
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return simd_dense_linear("linear_f32_wbf16", kt->dense_bf16w, M, N, K, F32At{x}, W, y, nullptr, pool);
   dense_linear(
       "linear_f32_wbf16", M, N, K, F32XRows{x, K}, Bf16WRows{W, K},
       [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);

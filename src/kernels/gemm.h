@@ -19,6 +19,8 @@
 //
 // Every output element is computed by that arithmetic alone, whichever thread runs it and
 // however the work is tiled, so results are identical for any ThreadPool size (nullptr = inline).
+// The same holds for the ISA level: the fast paths below run the AVX2/AVX-512 kernels of
+// simd_gemm.inc when simd_level() (simd_level.h) is not Scalar, bit-identical to the twins.
 // FP8/FP4 paths need K % 32 == 0 (all checkpoint shapes satisfy it); violations throw ds41::Error.
 #pragma once
 

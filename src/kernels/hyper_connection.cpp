@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/simd_kernels.h"
 
 // Every fp32 op must round on its own like the reference's separate tensor ops (e.g. m*scale then
 // + base): forbid FMA contraction, which -march=native would otherwise allow.
@@ -61,6 +62,12 @@ void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_
   // The same statistic as RMSNorm over all hc*D values (spec §7 step 2).
   const float r = rms_rsqrt_bf16(X, n, norm_eps);
   const int nmix = hc_mix_count(hc);
+  if (const simd::KernelTable* kt = simd::active_kernels()) {  // same dot products, mixes in lanes
+    std::array<double, hc_mix_count(kMaxHc)> dots;
+    kt->hc_mix_dots(X, n, fn, nmix, dots.data());
+    for (int k = 0; k < nmix; ++k) mixes[k] = float(dots[size_t(k)]) * r;
+    return;
+  }
   for (int k = 0; k < nmix; ++k) {
     const float* row = fn + static_cast<int64_t>(k) * n;
     // Accumulated in double (exact products, one rounding to fp32): the golden reference's

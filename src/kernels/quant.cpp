@@ -1,5 +1,7 @@
 // Scalar quantizers (spec backbone.md §3.1, §3.2). They touch K elements per row against the
-// N*K of the GEMM they feed, so they favour being literal over being fast.
+// N*K of the GEMM they feed, so they favour being literal over being fast - except the cache
+// dequantizers, which run over the whole visible cache every decode step: those use the SIMD
+// kernels (simd_attention.inc) when simd_level() is not Scalar, with these loops as their twins.
 #include "kernels/quant.h"
 
 #include <cmath>
@@ -7,6 +9,7 @@
 
 #include "base/error.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/simd_kernels.h"
 
 namespace ds41 {
 namespace {
@@ -71,6 +74,12 @@ void act_quant_row(const uint16_t* x, int64_t K, uint8_t* codes, float* scales) 
   }
 }
 
+void fp8_dequant_row(const uint8_t* codes, const uint8_t* e8m0, int64_t K, uint16_t* out) {
+  check_row_length(K, kActQuantBlock, "fp8_dequant");
+  if (const simd::KernelTable* kt = simd::active_kernels()) return kt->fp8_dequant_row(codes, e8m0, K, out);
+  for (int64_t k = 0; k < K; ++k) out[k] = f32_to_bf16(e4m3_to_f32(codes[k]) * e8m0_to_f32(e8m0[k / kActQuantBlock]));
+}
+
 void act_quant_qdq_row(uint16_t* x, int64_t K) {
   check_row_length(K, kActQuantBlock, "act_quant_qdq");
   for (int64_t b = 0; b < K / kActQuantBlock; ++b) {
@@ -106,6 +115,7 @@ void mxfp4_quant_row(const uint16_t* x, int64_t K, uint8_t* packed, uint8_t* e8m
 
 void mxfp4_dequant_row(const uint8_t* packed, const uint8_t* e8m0, int64_t K, uint16_t* out) {
   check_row_length(K, kMxfp4Block, "mxfp4_dequant");
+  if (const simd::KernelTable* kt = simd::active_kernels()) return kt->mxfp4_dequant_row(packed, e8m0, K, out);
   for (int64_t i = 0; i < K; ++i)
     out[i] = f32_to_bf16(e2m1_to_f32(fp4_get(packed, i)) * e8m0_to_f32(e8m0[i / kMxfp4Block]));
 }
@@ -148,6 +158,7 @@ void nvfp4_quant_row(const uint16_t* x, int64_t K, uint8_t* packed, uint8_t* e4m
 void nvfp4_dequant_row(const uint8_t* packed, const uint8_t* e4m3_scales, int64_t K,
                        uint16_t* out) {
   check_row_length(K, kNvfp4Block, "nvfp4_dequant");
+  if (const simd::KernelTable* kt = simd::active_kernels()) return kt->nvfp4_dequant_row(packed, e4m3_scales, K, out);
   // q has 2 significant bits and s 4, so q * s is exact in fp32 and in bf16; the rounding call
   // only mirrors the reference's cast.
   for (int64_t i = 0; i < K; ++i)

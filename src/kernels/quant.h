@@ -29,6 +29,9 @@ float act_quant_scale(float amax);
 void act_quant_row(const uint16_t* x, int64_t K, uint8_t* codes, float* scales);
 // x <- bf16(e4m3(code) * s) in place.
 void act_quant_qdq_row(uint16_t* x, int64_t K);
+// out[k] = bf16(e4m3(codes[k]) * 2^(e8m0[k/32] - 127)): the FP8 window-KV ring back to the bf16
+// values act_quant_qdq_row gives (§5.3).
+void fp8_dequant_row(const uint8_t* codes, const uint8_t* e8m0, int64_t K, uint16_t* out);
 
 // ---- MXFP4: E2M1 codes, E8M0 scale per 32 (§3.2, indexer Q/K) --------------------------------
 // s = ceil_pow2(max(amax, 6 * 2^-126) * fp32(1/6)); s >= amax / 6 for bf16 inputs, so no clipping.

@@ -1,4 +1,5 @@
-// Scalar reference sparse attention; see sparse_attention.h for the operation order.
+// Scalar reference sparse attention (the twin of the SIMD kernels in simd_attention.inc, which
+// run instead when simd_level() is not Scalar); see sparse_attention.h for the operation order.
 #include "kernels/sparse_attention.h"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <limits>
 
 #include "kernels/numeric_formats.h"
+#include "kernels/simd_kernels.h"
 
 // denom*alpha + sum and acc*alpha + partial are separate fp32 roundings in the reference:
 // forbid FMA contraction, which -march=native would otherwise allow.
@@ -20,6 +22,8 @@ namespace ds41 {
 void sparse_attention_row(const uint16_t* q, int H, int64_t Dh, const uint16_t* const* kv_rows,
                           int n, const float* attn_sink, float softmax_scale, uint16_t* out,
                           float* scratch) {
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return kt->sparse_attention_row(q, H, Dh, kv_rows, n, attn_sink, softmax_scale, out);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float* logits = scratch;                       // [kSparseAttnBlock]
   float* block_pv = scratch + kSparseAttnBlock;  // [Dh]

@@ -4,13 +4,30 @@
 #include <cmath>
 #include <utility>
 
+#include "base/scratch.h"
+
 namespace ds41 {
 
 std::vector<int32_t> torch_topk_largest(const float* values, int64_t n, int64_t k, bool sorted) {
+  std::vector<int32_t> out;
+  torch_topk_largest(values, n, k, sorted, out);
+  return out;
+}
+
+namespace {
+using Elem = std::pair<float, int64_t>;
+thread_local std::vector<Elem> t_queue;
+}  // namespace
+
+void torch_topk_reserve(int64_t n) { scratch_reserve(t_queue, size_t(std::max<int64_t>(n, 0))); }
+
+void torch_topk_largest(const float* values, int64_t n, int64_t k, bool sorted, std::vector<int32_t>& out) {
   k = std::min(k, n);
-  if (k <= 0) return {};
-  using Elem = std::pair<float, int64_t>;
-  std::vector<Elem> queue(static_cast<size_t>(n));
+  out.clear();
+  if (k <= 0) return;
+  scratch_reserve(t_queue, size_t(n));
+  t_queue.resize(size_t(n));
+  std::vector<Elem>& queue = t_queue;
   for (int64_t j = 0; j < n; ++j) queue[size_t(j)] = {values[j], j};
   auto larger = [](const Elem& x, const Elem& y) {
     return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
@@ -21,9 +38,8 @@ std::vector<int32_t> torch_topk_largest(const float* values, int64_t n, int64_t 
     std::nth_element(queue.begin(), queue.begin() + (k - 1), queue.end(), larger);
     if (sorted) std::sort(queue.begin(), queue.begin() + (k - 1), larger);
   }
-  std::vector<int32_t> out(static_cast<size_t>(k));
+  out.resize(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) out[size_t(i)] = int32_t(queue[size_t(i)].second);
-  return out;
 }
 
 }  // namespace ds41

@@ -15,5 +15,10 @@ namespace ds41 {
 // Indices of the k largest of values[0..n), in the order torch.topk(largest=True) returns them
 // (sorted=false: whatever order the selection leaves).
 std::vector<int32_t> torch_topk_largest(const float* values, int64_t n, int64_t k, bool sorted);
+// Same into `out` (its capacity is reused: no allocation once it has held k indices).
+void torch_topk_largest(const float* values, int64_t n, int64_t k, bool sorted, std::vector<int32_t>& out);
+// Makes the calling thread's selection buffer hold n values without reallocating (rows that grow
+// with the context are planned up front).
+void torch_topk_reserve(int64_t n);
 
 }  // namespace ds41

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
@@ -24,18 +25,6 @@
 
 namespace ds41 {
 
-namespace {
-
-// RoPE cos/sin of one position for a layer's frequency table.
-struct RopeRow {
-  std::vector<float> cos, sin;
-  RopeRow(const std::vector<float>& inv_freq, int64_t p) : cos(inv_freq.size()), sin(inv_freq.size()) {
-    rope_cos_sin_row(inv_freq.data(), int(inv_freq.size()), p, cos.data(), sin.data());
-  }
-};
-
-}  // namespace
-
 void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
                        uint16_t* y) {
   const ModelConfig& c = ctx.cfg;
@@ -46,30 +35,39 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   LayerState& ls = ctx.state.layers[lp.id];
   const std::vector<float>& inv_freq = ctx.inv_freq(lp);
 
-  std::vector<RopeRow> rope;
-  rope.reserve(S);
-  for (int s = 0; s < S; ++s) rope.emplace_back(inv_freq, ctx.pos(s));
+  // RoPE cos/sin of every position of the call: [S][half] each.
+  const int half = int(inv_freq.size());
+  DS41_SCRATCH(float, rope_cos, int64_t(S) * half);
+  DS41_SCRATCH(float, rope_sin, int64_t(S) * half);
+  for (int s = 0; s < S; ++s)
+    rope_cos_sin_row(inv_freq.data(), half, ctx.pos(s), rope_cos.data() + int64_t(s) * half, rope_sin.data() + int64_t(s) * half);
+  auto cos_row = [&](int64_t s) { return rope_cos.data() + s * half; };
+  auto sin_row = [&](int64_t s) { return rope_sin.data() + s * half; };
 
   // ---- query (§5.2) -----------------------------------------------------------------------
-  std::vector<uint16_t> qa(size_t(S) * Q), qr(size_t(S) * Q), q(size_t(S) * H * Dh);
+  DS41_SCRATCH(uint16_t, qa, int64_t(S) * Q);
+  DS41_SCRATCH(uint16_t, qr, int64_t(S) * Q);
+  DS41_SCRATCH(uint16_t, q, int64_t(S) * H * Dh);
   linear_fp8(x, S, w.wq_a, qa.data(), ctx.pool);
   rmsnorm_rows(qa.data(), w.q_norm, S, Q, eps, qr.data());
   linear_fp8(qr.data(), S, w.wq_b, q.data(), ctx.pool);
   for (int s = 0; s < S; ++s)
     for (int64_t h = 0; h < H; ++h)
-      rope_apply(q.data() + (s * H + h) * Dh + (Dh - R), rope[s].cos.data(), rope[s].sin.data(), int(R), false);
+      rope_apply(q.data() + (s * H + h) * Dh + (Dh - R), cos_row(s), sin_row(s), int(R), false);
 
   // ---- window KV (§5.3): normalise, rotate, FP8 QDQ over all dims --------------------------
-  std::vector<int64_t> positions(static_cast<size_t>(S));
+  DS41_SCRATCH(int64_t, positions, S);
   for (int s = 0; s < S; ++s) positions[size_t(s)] = ctx.pos(s);
-  std::vector<uint16_t> kv_n(size_t(S) * Dh);
-  std::vector<uint8_t> kv_codes(size_t(S) * Dh);
-  std::vector<float> kv_scales(size_t(S) * (Dh / 32));
+  DS41_SCRATCH(uint16_t, kv_n, int64_t(S) * Dh);
+  DS41_SCRATCH(uint8_t, kv_codes, int64_t(S) * Dh);
+  DS41_SCRATCH(float, kv_scales, int64_t(S) * (Dh / 32));
   window_kv_rows(c, w, x, S, positions.data(), inv_freq, ctx.pool, kv_n.data(), kv_codes.data(), kv_scales.data());
-  // Window keys of earlier calls come from the ring (positions start-W+1 .. start-1).
-  const int64_t prev_first = std::max<int64_t>(0, ctx.start - (W - 1));
+  // Window keys of earlier calls come from the ring (positions start-W+1 .. start-1, none before
+  // the layer's ring_start).
+  const int64_t window_floor = ls.ring_start;
+  const int64_t prev_first = std::min(ctx.start, std::max(window_floor, ctx.start - (W - 1)));
   const int64_t n_prev = ctx.start - prev_first;
-  std::vector<uint16_t> prev(size_t(n_prev) * Dh);
+  DS41_SCRATCH_CAP(uint16_t, prev, n_prev * Dh, (W - 1) * Dh);  // planned: a full window
   for (int64_t i = 0; i < n_prev; ++i) ring_row_bf16(ls, Dh, (prev_first + i) % W, prev.data() + i * Dh);
   auto window_row = [&](int64_t p) -> const uint16_t* {
     return p >= ctx.start ? kv_n.data() + (p - ctx.start) * Dh : prev.data() + (p - prev_first) * Dh;
@@ -79,12 +77,17 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     ring_store(ctx.state.journal, ls, Dh, ctx.pos(s), ctx.pos(s) % W, kv_codes.data() + s * Dh, kv_scales.data() + s * (Dh / 32));
 
   // ---- compressed branch (§5.4-§5.5) --------------------------------------------------------
-  std::vector<int32_t> used_entries;        // union of this call's selected entries, ascending
-  std::vector<uint16_t> used_rows;          // their dequantized main-KV rows
+  DS41_SCRATCH_EMPTY(int32_t, used_entries);  // union of this call's selected entries, ascending
+  DS41_SCRATCH_EMPTY(uint16_t, used_rows);    // their dequantized main-KV rows
+  scratch_reserve(used_entries, size_t(S) * size_t(c.index_topk));
+  scratch_reserve(used_rows, size_t(S) * size_t(c.index_topk) * size_t(Dh));
   const std::vector<std::vector<int32_t>>* topk = nullptr;
   if (lp.ratio > 0) {
     if (lp.kv_source) {
-      int emitted = compressor_forward(ctx, lp, w, x);
+      // With the caches already holding this call's entries, the source still publishes in a call
+      // where a group completes, as the compressor would have.
+      const int64_t emitted = ctx.global_cache_ready ? (ctx.start + S) / lp.ratio - ctx.start / lp.ratio
+                                                     : compressor_forward(ctx, lp, w, x);
       if (emitted > 0) ctx.state.index_k_publisher = lp.id;
     }
     if (lp.index_source) indexer_forward(ctx, lp, w, x, qr.data());
@@ -104,15 +107,16 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   }
 
   // ---- sparse attention with sink (§5.6) ----------------------------------------------------
-  std::vector<uint16_t> o(size_t(S) * H * Dh);
+  DS41_SCRATCH(uint16_t, o, int64_t(S) * H * Dh);
   const float softmax_scale = float(std::pow(double(Dh), -0.5));
   parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
-    std::vector<const uint16_t*> rows;
-    std::vector<float> scratch(size_t(sparse_attention_scratch_floats(Dh)));
+    DS41_SCRATCH_EMPTY(const uint16_t*, rows);
+    scratch_reserve(rows, size_t(W + c.index_topk));  // planned: a full window and a full top-k
+    DS41_SCRATCH(float, scratch, sparse_attention_scratch_floats(Dh));
     for (int64_t s = s0; s < s1; ++s) {
       rows.clear();
       const int64_t p = ctx.pos(int(s));
-      for (int64_t k = std::max<int64_t>(0, p - (W - 1)); k <= p; ++k) rows.push_back(window_row(k));
+      for (int64_t k = std::max(window_floor, p - (W - 1)); k <= p; ++k) rows.push_back(window_row(k));
       if (topk)
         for (int32_t e : (*topk)[s]) {
           auto it = std::lower_bound(used_entries.begin(), used_entries.end(), e);
@@ -121,7 +125,7 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
       sparse_attention_row(q.data() + s * H * Dh, int(H), Dh, rows.data(), int(rows.size()), w.attn_sink,
                            softmax_scale, o.data() + s * H * Dh, scratch.data());
       for (int64_t h = 0; h < H; ++h)  // de-rotate with the query position (§5.7 step 1)
-        rope_apply(o.data() + (s * H + h) * Dh + (Dh - R), rope[s].cos.data(), rope[s].sin.data(), int(R), true);
+        rope_apply(o.data() + (s * H + h) * Dh + (Dh - R), cos_row(s), sin_row(s), int(R), true);
     }
   });
 
@@ -131,13 +135,16 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
 void window_kv_rows(const ModelConfig& c, const BlockWeights& w, const uint16_t* x, int S, const int64_t* positions,
                     const std::vector<float>& inv_freq, ThreadPool* pool, uint16_t* kv, uint8_t* codes, float* scales) {
   const int64_t Dh = c.head_dim, R = c.rope_head_dim;
-  std::vector<uint16_t> raw(size_t(S) * Dh);
+  const int half = int(inv_freq.size());
+  DS41_SCRATCH(uint16_t, raw, int64_t(S) * Dh);
+  DS41_SCRATCH(float, rope_cos, half);
+  DS41_SCRATCH(float, rope_sin, half);
   linear_fp8(x, S, w.wkv, raw.data(), pool);
   rmsnorm_rows(raw.data(), w.kv_norm, S, Dh, float(c.norm_eps), kv);
   for (int s = 0; s < S; ++s) {
     uint16_t* row = kv + s * Dh;
-    const RopeRow rope(inv_freq, positions[s]);
-    rope_apply(row + (Dh - R), rope.cos.data(), rope.sin.data(), int(R), false);
+    rope_cos_sin_row(inv_freq.data(), half, positions[s], rope_cos.data(), rope_sin.data());
+    rope_apply(row + (Dh - R), rope_cos.data(), rope_sin.data(), int(R), false);
     act_quant_row(row, Dh, codes + s * Dh, scales + s * (Dh / 32));
     for (int64_t d = 0; d < Dh; ++d)  // QDQ value: e4m3 * 2^k is exact in bf16
       row[d] = f32_to_bf16(kE4M3Table[codes[s * Dh + d]] * scales[s * (Dh / 32) + d / 32]);
@@ -145,9 +152,7 @@ void window_kv_rows(const ModelConfig& c, const BlockWeights& w, const uint16_t*
 }
 
 void ring_row_bf16(const LayerState& ls, int64_t Dh, int64_t slot, uint16_t* out) {
-  const uint8_t* codes = ls.ring_codes.data() + slot * Dh;
-  const uint8_t* scales = ls.ring_scales.data() + slot * (Dh / 32);
-  for (int64_t d = 0; d < Dh; ++d) out[d] = f32_to_bf16(kE4M3Table[codes[d]] * e8m0_to_f32(scales[d / 32]));
+  fp8_dequant_row(ls.ring_codes.data() + slot * Dh, ls.ring_scales.data() + slot * (Dh / 32), Dh, out);
 }
 
 void ring_store(StateJournal* journal, LayerState& ls, int64_t Dh, int64_t pos, int64_t slot, const uint8_t* codes,
@@ -165,7 +170,9 @@ void ring_store(StateJournal* journal, LayerState& ls, int64_t Dh, int64_t pos, 
 void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const uint16_t* o, uint16_t* y, ThreadPool* pool) {
   const int64_t H = c.n_heads, Dh = c.head_dim;
   const int64_t G = c.o_groups, Rk = c.o_lora_rank, K = H * Dh / G;
-  std::vector<uint16_t> group_in(size_t(S) * K), group_out(size_t(S) * Rk), u(size_t(S) * G * Rk);
+  DS41_SCRATCH(uint16_t, group_in, int64_t(S) * K);
+  DS41_SCRATCH(uint16_t, group_out, int64_t(S) * Rk);
+  DS41_SCRATCH(uint16_t, u, int64_t(S) * G * Rk);
   for (int64_t g = 0; g < G; ++g) {
     for (int s = 0; s < S; ++s) std::memcpy(group_in.data() + s * K, o + s * H * Dh + g * K, size_t(K) * 2);
     linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), pool);

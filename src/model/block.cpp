@@ -1,6 +1,7 @@
 // One hyper-connected block (spec backbone.md §7): attention and MoE sublayers, each between
 // hc_pre and hc_post with single-pass coefficients. Shared by the backbone and the DSpark stages,
 // which differ only in their attention.
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/hyper_connection.h"
 #include "kernels/rmsnorm.h"
@@ -8,11 +9,24 @@
 
 namespace ds41 {
 
-BlockScratch::BlockScratch(int S, int hc, int64_t D)
-    : h(size_t(S) * D), hn(size_t(S) * D), y(size_t(S) * D) {
-  const size_t n = size_t(S) * hc;
-  attn = Mix{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n * hc)};
-  ffn = attn;
+namespace {
+
+template <class T>
+void size_to(std::vector<T>& v, size_t n) {
+  scratch_reserve(v, n);
+  v.resize(n);
+}
+
+}  // namespace
+
+void BlockScratch::resize(int S, int hc, int64_t D) {
+  const size_t n = size_t(S) * size_t(hc), rows = size_t(S) * size_t(D);
+  for (auto* v : {&h, &hn, &y}) size_to(*v, rows);
+  for (Mix* m : {&attn, &ffn}) {
+    size_to(m->pre, n);
+    size_to(m->post, n);
+    size_to(m->comb, n * size_t(hc));
+  }
 }
 
 void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, uint16_t* X, std::vector<float>& a_in,

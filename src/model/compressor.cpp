@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/scratch.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
@@ -26,21 +27,24 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   const float eps = float(c.norm_eps);
   LayerState& ls = ctx.state.layers[lp.id];
 
-  std::vector<uint16_t> latents;  // [n][Dh] pre-RoPE, normalised
-  std::vector<int64_t> entry_ids;
-  std::vector<uint16_t> pooled_bf16(static_cast<size_t>(Dh)), normed(static_cast<size_t>(Dh));
+  DS41_SCRATCH_EMPTY(uint16_t, latents);  // [n][Dh] pre-RoPE, normalised
+  DS41_SCRATCH_EMPTY(int64_t, entry_ids);
+  DS41_SCRATCH(uint16_t, pooled_bf16, Dh);
+  DS41_SCRATCH(uint16_t, normed, Dh);
   if (m == 1) {
-    std::vector<uint16_t> proj(size_t(S) * Dh);
+    DS41_SCRATCH(uint16_t, proj, int64_t(S) * Dh);
     linear_bf16(x, S, w.comp_wkv_bf16, Dh, D, proj.data(), ctx.pool);
     latents.resize(size_t(S) * Dh);
     rmsnorm_rows(proj.data(), w.comp_norm, S, Dh, eps, latents.data());
     for (int s = 0; s < S; ++s) entry_ids.push_back(ctx.pos(s));
   } else {
-    std::vector<float> xf(size_t(S) * D), kvf(size_t(S) * Dh), zf(size_t(S) * Dh);
+    DS41_SCRATCH(float, xf, int64_t(S) * D);
+    DS41_SCRATCH(float, kvf, int64_t(S) * Dh);
+    DS41_SCRATCH(float, zf, int64_t(S) * Dh);
     for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
     linear_f32(xf.data(), S, w.comp_wkv_f32, Dh, D, kvf.data(), ctx.pool);
     linear_f32(xf.data(), S, w.comp_wgate_f32, Dh, D, zf.data(), ctx.pool);
-    std::vector<float> pooled(static_cast<size_t>(Dh));
+    DS41_SCRATCH(float, pooled, Dh);
     for (int s = 0; s < S; ++s) {
       const int64_t p = ctx.pos(s), slot = p % m;
       if (ctx.state.journal) {
@@ -75,13 +79,15 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   // Index keys from the pre-RoPE latents (the reference's Indexer does this before Attention
   // rotates the latent in place).
   if (lp.owns_index_k) {
-    std::vector<uint16_t> kp(size_t(n) * IH), kn(size_t(n) * IH);
+    DS41_SCRATCH(uint16_t, kp, int64_t(n) * IH);
+    DS41_SCRATCH(uint16_t, kn, int64_t(n) * IH);
     linear_bf16(latents.data(), n, w.idx_wk, IH, Dh, kp.data(), ctx.pool);
     rmsnorm_rows(kp.data(), w.idx_k_norm, n, IH, eps, kn.data());
     const size_t old_codes = ls.ik_codes.size(), old_scales = ls.ik_scales.size();
     ls.ik_codes.resize(old_codes + size_t(n) * (IH / 2));
     ls.ik_scales.resize(old_scales + size_t(n) * (IH / 32));
-    std::vector<float> cs(size_t(R / 2)), sn(size_t(R / 2));
+    DS41_SCRATCH(float, cs, R / 2);
+    DS41_SCRATCH(float, sn, R / 2);
     for (int i = 0; i < n; ++i) {
       const std::vector<float>& f = ctx.inv_freq(lp);
       rope_cos_sin_row(f.data(), int(f.size()), entry_ids[i] * m, cs.data(), sn.data());
@@ -94,12 +100,13 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   const size_t old_codes = ls.ckv_codes.size(), old_scales = ls.ckv_scales.size();
   ls.ckv_codes.resize(old_codes + size_t(n) * (Dh / 2));
   ls.ckv_scales.resize(old_scales + size_t(n) * (Dh / 16));
-  std::vector<float> cs(size_t(R / 2)), sn(size_t(R / 2));
+  DS41_SCRATCH(float, cs_kv, R / 2);
+  DS41_SCRATCH(float, sn_kv, R / 2);
   for (int i = 0; i < n; ++i) {
     const std::vector<float>& f = ctx.inv_freq(lp);
-    rope_cos_sin_row(f.data(), int(f.size()), entry_ids[i] * m, cs.data(), sn.data());
+    rope_cos_sin_row(f.data(), int(f.size()), entry_ids[i] * m, cs_kv.data(), sn_kv.data());
     uint16_t* row = latents.data() + i * Dh;
-    rope_apply(row + (Dh - R), cs.data(), sn.data(), int(R), false);
+    rope_apply(row + (Dh - R), cs_kv.data(), sn_kv.data(), int(R), false);
     nvfp4_quant_row(row, Dh, ls.ckv_codes.data() + old_codes + i * (Dh / 2), ls.ckv_scales.data() + old_scales + i * (Dh / 16));
   }
   ls.entries += n;

@@ -533,6 +533,9 @@ std::vector<std::string> config_problems(const ModelConfig& c) {
     pos(c.vision_dim, "vision_dim"); pos(c.vision_n_heads, "vision_n_heads");
     pos(c.vision_inter_dim, "vision_inter_dim"); pos(c.vision_patch_size, "vision_patch_size");
     pos(c.vision_downsample_ratio, "vision_downsample_ratio");
+    need(c.vision_max_n_token >= 4, "vision_max_n_token must be at least 4 (start, one image token, newline, end)");
+    need(c.vision_min_pixels >= 0, "vision_min_pixels must not be negative");
+    need(!c.vision_max_wh_ratio || *c.vision_max_wh_ratio > 0, "vision_max_wh_ratio must be positive (or null)");
     if (c.vision_n_heads > 0) {
       need(c.vision_dim % c.vision_n_heads == 0, "vision_dim must be divisible by vision_n_heads");
       need((c.vision_dim / c.vision_n_heads) % 4 == 0, "the vision head dim must be a multiple of 4 (2D RoPE splits it in row and column halves of pairs)");

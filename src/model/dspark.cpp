@@ -132,7 +132,8 @@ DSparkDraft Model::dspark_draft(SequenceState& state, int32_t token, int n_draft
   }
   std::vector<float> a_in(size_t(B) * hc, 0.f);
   for (int k = 0; k < B; ++k) a_in[size_t(k) * hc] = 1.f;
-  BlockScratch scratch(B, hc, D);
+  static thread_local BlockScratch scratch;  // keeps its capacity from draft to draft
+  scratch.resize(B, hc, D);
   for (const LayerPlan& lp : plan_.layers) {
     if (!lp.is_dspark) continue;
     const BlockWeights& w = weights_.blocks[lp.id];

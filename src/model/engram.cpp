@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sys/mman.h>
 
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
@@ -36,6 +37,19 @@ float mean_square(const float* v, int64_t n) {
 
 }  // namespace
 
+void engram_gather_rows(const BlockWeights& w, int64_t head_dim, const int64_t* ids, int64_t n, uint16_t* out,
+                        ThreadPool* pool) {
+  prefetch_rows(w.engram_table, head_dim, ids, n);
+  parallel_for(pool, n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* codes = w.engram_table + ids[r] * head_dim;
+      const uint8_t* scales = w.engram_table_scale + ids[r] * (head_dim / 32);
+      uint16_t* o = out + r * head_dim;
+      for (int64_t j = 0; j < head_dim; ++j) o[j] = f32_to_bf16(kE4M3Table[codes[j]] * e8m0_to_f32(scales[j / 32]));
+    }
+  });
+}
+
 void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const int64_t* row_ids,
                     int cols, uint16_t* X) {
   const ModelConfig& c = ctx.cfg;
@@ -51,30 +65,22 @@ void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights
         throw Error("Engram layer " + std::to_string(lp.id) + ": hash row " + std::to_string(id) + " is outside its table of " +
                     std::to_string(w.engram_rows) + " rows");
     }
-  prefetch_rows(w.engram_table, HD, row_ids, int64_t(S) * cols);
-  std::vector<uint16_t> e(static_cast<size_t>(S) * E);
-  parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s)
-      for (int col = 0; col < cols; ++col) {
-        const int64_t id = row_ids[s * cols + col];
-        const uint8_t* codes = w.engram_table + id * HD;
-        const uint8_t* scales = w.engram_table_scale + id * (HD / 32);
-        uint16_t* out = e.data() + s * E + int64_t(col) * HD;
-        for (int64_t j = 0; j < HD; ++j) out[j] = f32_to_bf16(kE4M3Table[codes[j]] * e8m0_to_f32(scales[j / 32]));
-      }
-  });
+  DS41_SCRATCH(uint16_t, e, int64_t(S) * E);
+  engram_gather_rows(w, HD, row_ids, int64_t(S) * cols, e.data(), ctx.pool);
 
   // kv = wkv(e): keys for the hc copies, then one shared value (§A.8).
-  std::vector<uint16_t> kv(static_cast<size_t>(S) * (hc + 1) * D);
+  DS41_SCRATCH(uint16_t, kv, int64_t(S) * (hc + 1) * D);
   linear_fp8(e.data(), S, w.engram_wkv, kv.data(), ctx.pool);
 
   // Gate per copy and write (§A.9). q_weight * k_weight is only ever used as a product.
-  std::vector<float> wgt(static_cast<size_t>(hc) * D);
+  DS41_SCRATCH(float, wgt, int64_t(hc) * D);
   for (int64_t i = 0; i < int64_t(hc) * D; ++i) wgt[size_t(i)] = bf16_to_f32(w.engram_q_weight[i]) * bf16_to_f32(w.engram_k_weight[i]);
   const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
   const std::vector<uint8_t>* text = ctx.engram_text_mask;
   parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
-    std::vector<float> h(static_cast<size_t>(D)), k(static_cast<size_t>(D)), v(static_cast<size_t>(D));
+    DS41_SCRATCH(float, h, D);
+    DS41_SCRATCH(float, k, D);
+    DS41_SCRATCH(float, v, D);
     for (int64_t s = s0; s < s1; ++s) {
       const bool active = !text || (*text)[size_t(s)];
       const uint16_t* kvs = kv.data() + s * (hc + 1) * D;

@@ -235,7 +235,8 @@ namespace {
 
 }  // namespace
 
-void engram_lookback_tokens(const EngramHashParams& p, const int64_t* history, int64_t pos, int64_t* t) {
+void engram_lookback_tokens(const EngramHashParams& p, const int64_t* history, int64_t pos, int64_t* t,
+                            int64_t history_base) {
   // An n-gram never crosses the sequence start or an image span: once a lookback is blocked, every
   // longer one is too, and blocked slots read as pad (§A.5 step 3). A DEAD current token blocks
   // already at s = 0.
@@ -245,7 +246,11 @@ void engram_lookback_tokens(const EngramHashParams& p, const int64_t* history, i
       if (pos < s) {
         blocked = true;
       } else {
-        const int64_t src = history[pos - s];
+        if (pos - s < history_base)
+          throw Error("Engram history starts at position " + std::to_string(history_base) + ": position " +
+                      std::to_string(pos - s) + " (the n-gram context of position " + std::to_string(pos) +
+                      ") is not held");
+        const int64_t src = history[pos - s - history_base];
         if (src == kEngramDead) {
           blocked = true;
         } else {
@@ -270,7 +275,7 @@ void engram_rolling_hashes(const EngramHashParams& p, int layer, const int64_t* 
 }
 
 void engram_hash_positions(const EngramHashParams& p, const int64_t* history, int64_t start_pos, int n_positions,
-                           int64_t* out) {
+                           int64_t* out, int64_t history_base) {
   if (start_pos < 0 || n_positions < 0)
     throw Error("engram_hash_positions: start_pos and n_positions must be non-negative");
   if (p.max_ngram_size > kMaxNgram)
@@ -279,7 +284,7 @@ void engram_hash_positions(const EngramHashParams& p, const int64_t* history, in
   int64_t t[kMaxNgram];
   int64_t r[kMaxNgram];
   for (int i = 0; i < n_positions; ++i) {
-    engram_lookback_tokens(p, history, start_pos + i, t);  // shared by all layers
+    engram_lookback_tokens(p, history, start_pos + i, t, history_base);  // shared by all layers
     for (int l = 0; l < p.n_layers; ++l) {
       engram_rolling_hashes(p, l, t, r);
       const size_t base = size_t(l) * size_t(p.columns);

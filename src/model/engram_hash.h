@@ -80,17 +80,20 @@ EngramHashParams make_engram_hash_params(const ModelConfig& c, int64_t pad_compr
 inline constexpr int64_t kEngramDead = -1;
 
 // §A.5 step 3: the tokens t_0..t_{max-1} an n-gram ending at absolute position `pos` sees (t_s at
-// lookback distance s; pad once blocked by the sequence start or a DEAD position).
-void engram_lookback_tokens(const EngramHashParams& p, const int64_t* history, int64_t pos, int64_t* t);
+// lookback distance s; pad once blocked by the sequence start or a DEAD position). history[i] holds
+// position history_base + i; a look-back before history_base is an error (a sequence restored
+// from a compact session holds only its last positions).
+void engram_lookback_tokens(const EngramHashParams& p, const int64_t* history, int64_t pos, int64_t* t,
+                            int64_t history_base = 0);
 // §A.5 step 4: R_1..R_{max-1} (R_{n-1} is the n-gram hash) of one layer for lookback tokens t.
 void engram_rolling_hashes(const EngramHashParams& p, int layer, const int64_t* t, int64_t* r);
 
 // §A.5: row ids for positions start_pos .. start_pos + n_positions - 1. `history` holds the
-// compressed ids by absolute position (kEngramDead for image positions) and must already contain
-// every position up to start_pos + n_positions - 1 (a chunk writes all its tokens before hashing,
-// §A.12). out: [n_positions][n_layers][columns], row ids local to each layer's table.
+// compressed ids from absolute position history_base on (kEngramDead for image positions) and must
+// already contain every position up to start_pos + n_positions - 1 (a chunk writes all its tokens
+// before hashing, §A.12). out: [n_positions][n_layers][columns], row ids local to each layer's table.
 // Throws ds41::Error on a history entry outside [0, compressed_vocab) that is not kEngramDead.
 void engram_hash_positions(const EngramHashParams& p, const int64_t* history, int64_t start_pos, int n_positions,
-                           int64_t* out);
+                           int64_t* out, int64_t history_base = 0);
 
 }  // namespace ds41

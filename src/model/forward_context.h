@@ -25,12 +25,18 @@ struct ForwardContext {
   const std::vector<float>& inv_freq_compressed;
   int64_t start = 0;  // position of the first token of the call
   int S = 0;          // tokens in the call
+  bool candidates_built = false;  // the candidate source has filled `candidates` in this call
 
   // Per index-source layer (by layer id): the top-k entry lists of this call, one per query,
   // ascending; Reuse layers read their source's.
   std::vector<std::vector<std::vector<int32_t>>> topk{};
-  // Candidate pool of this call (candidate source): per query, a keep flag per entry.
+  // Candidate pool of this call (candidate source): per query, a keep flag per entry; valid once
+  // candidates_built is set (the vectors keep their capacity from call to call).
   std::vector<std::vector<uint8_t>> candidates{};
+  // Set once the compressed entries of every position of the call are in the state before the
+  // kv sources run (bounded replay; the decoder part of a CED prefill): kv sources only publish.
+  bool global_cache_ready = false;
+  std::vector<uint8_t> image_mask_rows{};  // image_mask points here once a CED prefill narrows the call
   // Reference index-key reading in a call at start_pos > 0: the publisher after the previous
   // position, per row (decode semantics row by row). Empty: the call-level reading of a prefill.
   std::vector<int> publisher_before_row{};
@@ -49,7 +55,10 @@ struct BlockScratch {
   };
   std::vector<uint16_t> h, hn, y;
   Mix attn, ffn;
-  BlockScratch(int S, int hc, int64_t D);
+  BlockScratch() = default;
+  BlockScratch(int S, int hc, int64_t D) { resize(S, hc, D); }
+  // Sizes every buffer for S tokens, keeping the capacity it has (contents unspecified).
+  void resize(int S, int hc, int64_t D);
 };
 // One block (spec §7): attention sublayer (body `attention`: normalised input [S][dim] -> output
 // [S][dim]) then the MoE sublayer, each between hc_pre / hc_post. X [S][hc][dim] is updated in
@@ -81,6 +90,24 @@ int reference_publisher_at(const ModelPlan& plan, int before, int64_t p, int lay
 int reference_publisher_after(const ModelPlan& plan, int before, int64_t p);
 int64_t reference_rowwise_rows(const ModelPlan& plan, int before, int64_t start, int64_t S);
 
+// Bounded replay (ForwardOptions::bounded_replay, replay.cpp): the check, before the call changes
+// anything (the global caches must end where the call, ending at `end`, ends; ds41::Error
+// otherwise), then the start: every layer's window starts at the call's first position and the
+// caches are marked ready.
+void check_bounded_replay(const ModelPlan& plan, const SequenceState& state, int64_t end);
+void begin_bounded_replay(ForwardContext& ctx);
+// Whether a call of S tokens is a CED prefill that narrows to the window at the decoder (ced.cpp);
+// throws ds41::Error for what a narrowed call cannot give (every position's logits, per-position
+// hooks) or for CED combined with a bounded replay.
+bool ced_narrows(const ModelConfig& c, const ModelPlan& plan, const ForwardOptions& opt, int S, const ForwardHooks* hooks);
+// CED prefill (ced.cpp) at the first decoder layer `lp`, after its Engram: runs the layer's
+// compressor over every row of the call, then narrows the call to its last window_size rows —
+// X [S][hc][dim], a_in [S][hc], engram_ids [S][...] and text_mask [S] (both may be empty) keep
+// their last rows, ctx.start/ctx.S/ctx.image_mask move with them — and starts the decoder layers'
+// windows there. Returns the new row count.
+int ced_enter_decoder(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, std::vector<uint16_t>& X,
+                      std::vector<float>& a_in, std::vector<int64_t>& engram_ids, std::vector<uint8_t>& text_mask);
+
 // Attention sublayer of one block for the whole call: x [S][dim] -> y [S][dim] (bf16).
 void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
                        uint16_t* y);
@@ -96,8 +123,16 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
 // count = entries visible to the query. Returns a keep flag per entry.
 std::vector<uint8_t> candidate_pool_row(const float* scores, int64_t width, int64_t count, int topk_blocks,
                                         int block_size);
+// Into `keep`, reusing its capacity; capacity_hint = the widest row expected (planned context).
+void candidate_pool_row(const float* scores, int64_t width, int64_t count, int topk_blocks, int block_size,
+                        std::vector<uint8_t>& keep, int64_t capacity_hint = 0);
 // Top-k entry ids of a score row (ties: lower index first), ascending; entries >= count dropped.
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k);
+// Engram table rows ids[0..n) (checked by the caller) dequantized to bf16 out [n][head_dim] (§A.7),
+// read from the mmap'd table with a WILLNEED hint first.
+void engram_gather_rows(const BlockWeights& w, int64_t head_dim, const int64_t* ids, int64_t n, uint16_t* out,
+                        ThreadPool* pool);
+void select_topk_row(const float* scores, int64_t width, int64_t count, int k, std::vector<int32_t>& out);
 // Engram before an Engram block: row_ids [S][cols] (this layer's hash rows), X [S][hc][dim] updated
 // in place.
 void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const int64_t* row_ids,

@@ -8,8 +8,10 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
+#include "kernels/indexer_score.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
@@ -19,13 +21,21 @@
 namespace ds41 {
 
 std::vector<int32_t> select_topk_row(const float* scores, int64_t width, int64_t count, int k) {
-  // torch.topk(sorted=False) tie behaviour (kernels/topk.h), then ascending like the reference.
-  std::vector<int32_t> picked = torch_topk_largest(scores, width, std::min<int64_t>(k, width), /*sorted=*/false);
   std::vector<int32_t> out;
+  select_topk_row(scores, width, count, k, out);
+  return out;
+}
+
+void select_topk_row(const float* scores, int64_t width, int64_t count, int k, std::vector<int32_t>& out) {
+  // torch.topk(sorted=False) tie behaviour (kernels/topk.h), then ascending like the reference.
+  DS41_SCRATCH_EMPTY(int32_t, picked);
+  scratch_reserve(picked, size_t(std::max(k, 0)));  // rows hold up to k ids: planned
+  scratch_reserve(out, size_t(std::max(k, 0)));
+  torch_topk_largest(scores, width, std::min<int64_t>(k, width), /*sorted=*/false, picked);
+  out.clear();
   for (int32_t e : picked)
     if (e < count) out.push_back(e);  // unreachable picks become -1 in the reference
   std::sort(out.begin(), out.end());
-  return out;
 }
 
 void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x,
@@ -35,7 +45,8 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   const int64_t D = c.dim, NH = c.index_n_heads, IH = c.index_head_dim, R = c.rope_head_dim;
   const int64_t total = (ctx.start + S) / m;  // entries that exist after this call's writes
   auto& out = ctx.topk[lp.id];
-  out.assign(size_t(S), {});
+  out.resize(size_t(S));  // rows keep their capacity from earlier calls
+  for (auto& row : out) row.clear();
   if (total == 0) {  // the reference skips the indexer while nothing is compressed
     if (ctx.hooks && ctx.hooks->on_topk)
       for (int s = 0; s < S; ++s) ctx.hooks->on_topk(lp.id, s, out[s]);
@@ -46,16 +57,17 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   // published — for the whole call in a prefill, row by row as in decode otherwise — and how many
   // of that layer's rows it sees (entries it had at that point; the rest read as zeros, like the
   // reference's zeroed buffer).
-  std::vector<int> row_key_layer(static_cast<size_t>(S), lp.kv_source_layer);
-  std::vector<int64_t> row_key_rows(static_cast<size_t>(S));
+  DS41_SCRATCH(int, row_key_layer, S);
+  DS41_SCRATCH(int64_t, row_key_rows, S);
   for (int s = 0; s < S; ++s) {
-    int& l = row_key_layer[size_t(s)];
+    int l = lp.kv_source_layer;
     if (!ctx.opt.corrected_index_keys) {
       const int pub = ctx.publisher_before_row.empty()
                           ? ctx.state.index_k_publisher
                           : reference_publisher_at(ctx.plan, ctx.publisher_before_row[size_t(s)], ctx.pos(s), lp.id);
       if (pub >= 0) l = pub;
     }
+    row_key_layer[size_t(s)] = l;
     const LayerState& keys = ctx.state.layers[size_t(l)];
     int64_t rows = keys.entries;
     if (!ctx.publisher_before_row.empty()) {
@@ -69,23 +81,29 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     }
     row_key_rows[size_t(s)] = std::min<int64_t>(rows, total);
   }
-  // Keys as bf16, per layer read (usually one).
-  std::vector<std::vector<uint16_t>> K(ctx.plan.layers.size());
-  for (int s = 0; s < S; ++s) {
-    const int l = row_key_layer[size_t(s)];
-    if (!K[size_t(l)].empty()) continue;
-    const LayerState& keys = ctx.state.layers[size_t(l)];
-    K[size_t(l)].assign(size_t(total) * IH, 0);
+  // Keys as bf16, one block of `total` rows per layer read (usually one): rows the layer never
+  // wrote read as zeros. Rows that grow with the context are sized for the planned sequence
+  // (reserve_sequence).
+  const int64_t planned = std::max<int64_t>(total, ctx.state.reserved_tokens / m);
+  DS41_SCRATCH(int, key_block, ctx.plan.layers.size());  // layer -> block index + 1 (0: not read)
+  int n_blocks = 0;
+  for (int s = 0; s < S; ++s)
+    if (key_block[size_t(row_key_layer[size_t(s)])] == 0) key_block[size_t(row_key_layer[size_t(s)])] = ++n_blocks;
+  DS41_SCRATCH_CAP(uint16_t, K, n_blocks * total * IH, planned * IH);
+  for (size_t l = 0; l < key_block.size(); ++l) {
+    if (key_block[l] == 0) continue;
+    const LayerState& keys = ctx.state.layers[l];
+    uint16_t* block = K.data() + (key_block[l] - 1) * total * IH;
     for (int64_t t = 0; t < std::min<int64_t>(total, keys.entries); ++t)
-      mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH,
-                        K[size_t(l)].data() + t * IH);
+      mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH, block + t * IH);
   }
 
   // Queries: FP8 projection of qr, RoPE on the tail, MXFP4 QDQ per head.
-  std::vector<uint16_t> qi(size_t(S) * NH * IH);
+  DS41_SCRATCH(uint16_t, qi, int64_t(S) * NH * IH);
   linear_fp8(qr, S, w.idx_wq_b, qi.data(), ctx.pool);
   const std::vector<float>& f = ctx.inv_freq(lp);
-  std::vector<float> cs(f.size()), sn(f.size());
+  DS41_SCRATCH(float, cs, f.size());
+  DS41_SCRATCH(float, sn, f.size());
   for (int s = 0; s < S; ++s) {
     rope_cos_sin_row(f.data(), int(f.size()), ctx.pos(s), cs.data(), sn.data());
     for (int64_t h = 0; h < NH; ++h) {
@@ -95,16 +113,20 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     }
   }
   // Head weights: bf16(weights_proj(x)) * (IH^-1/2 * NH^-1/2), rounded to bf16 again.
-  std::vector<uint16_t> wts(size_t(S) * NH);
+  DS41_SCRATCH(uint16_t, wts, int64_t(S) * NH);
   linear_bf16(x, S, w.idx_weights_proj, NH, D, wts.data(), ctx.pool);
   const float wscale = float(std::pow(double(IH), -0.5) * std::pow(double(NH), -0.5));
   for (auto& v : wts) v = f32_to_bf16(bf16_to_f32(v) * wscale);
 
   const bool pool_source = lp.candidate_source;
-  const bool pool_restricted = lp.uses_candidates && !ctx.candidates.empty();
-  if (pool_source) ctx.candidates.assign(size_t(S), {});
+  const bool pool_restricted = lp.uses_candidates && ctx.candidates_built;
+  if (pool_source) {
+    ctx.candidates.resize(size_t(S));
+    ctx.candidates_built = true;
+  }
   parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
-    std::vector<float> score(static_cast<size_t>(total));
+    DS41_SCRATCH_CAP(float, score, total, planned);
+    torch_topk_reserve(planned);
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t count = (ctx.pos(int(s)) + 1) / m;  // entries whose whole group is visible
       if (ctx.hooks && ctx.hooks->pin_topk) {
@@ -118,30 +140,18 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
       // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
       // only changes how exact ties are broken. Using the visible width in every call shape keeps
       // prefill, decode and chunked calls identical and equal to the reference's decode.
-      const uint16_t* Ks = K[size_t(row_key_layer[size_t(s)])].data();
-      const int64_t key_rows = row_key_rows[size_t(s)];
-      for (int64_t t = 0; t < count; ++t) {
-        if (t >= key_rows) {  // a zero key: relu(0) * weight sums to 0
-          score[t] = 0.f;
-          continue;
-        }
-        float acc = 0.f;
-        for (int64_t h = 0; h < NH; ++h) {
-          const uint16_t* qv = qi.data() + (s * NH + h) * IH;
-          const uint16_t* kv = Ks + t * IH;
-          float dot = 0.f;
-          for (int64_t d = 0; d < IH; ++d) dot += bf16_to_f32(qv[d]) * bf16_to_f32(kv[d]);
-          float r = std::max(round_bf16(dot), 0.f);
-          acc += round_bf16(r * bf16_to_f32(wts[s * NH + h]));
-        }
-        score[t] = round_bf16(acc);
-      }
+      // A row that sees only the first key_rows keys reads zeros beyond: relu(0) * weight sums to 0.
+      const uint16_t* Ks = K.data() + (key_block[size_t(row_key_layer[size_t(s)])] - 1) * total * IH;
+      const int64_t scored = std::min(count, row_key_rows[size_t(s)]);
+      indexer_scores(qi.data() + s * NH * IH, wts.data() + s * NH, int(NH), IH, Ks, scored, score.data());
+      for (int64_t t = scored; t < count; ++t) score[t] = 0.f;
       if (pool_source)
-        ctx.candidates[s] = candidate_pool_row(score.data(), count, count, c.candidate_topk_blocks, c.candidate_block_size);
+        candidate_pool_row(score.data(), count, count, c.candidate_topk_blocks, c.candidate_block_size, ctx.candidates[s],
+                           planned);
       if (pool_restricted)
         for (int64_t t = 0; t < count; ++t)
           if (!ctx.candidates[s][t]) score[t] = -std::numeric_limits<float>::infinity();
-      out[s] = select_topk_row(score.data(), count, count, c.index_topk);
+      select_topk_row(score.data(), count, count, c.index_topk, out[s]);
     }
   });
   if (ctx.hooks && ctx.hooks->on_topk)

@@ -30,6 +30,17 @@ class ThreadPool;
 // text/compressed_vocab.h); `ds41 mkmodel` writes one when no tokenizer is given.
 inline constexpr const char* kEngramMapFileName = "engram_compressed_vocab.bin";
 
+// How a forward call runs the decoder layers (CED: tech report §2.2 and §3.2.2, seed §3).
+enum class PrefillMode {
+  Full,  // every layer over every token: exact
+  // A call longer than the window runs the encoder layers (before ModelPlan::decoder_start) over
+  // every token and the decoder layers over its last `window_size` tokens only, their windows
+  // starting at the first of them (bounded replay). The decoder's global KV is still built for
+  // every token (exact); the decoder's window rings are approximate. Calls no longer than the
+  // window are identical to Full.
+  Ced,
+};
+
 struct ForwardOptions {
   // false (default) = the reference: an index source reads the index keys most recently
   // *published*, and a kv source publishes only in a call where its compressor emitted a latent,
@@ -40,7 +51,15 @@ struct ForwardOptions {
   bool all_logits = false;  // logits for every position of the call, not just the last
   // When set, receives the DSpark drafter's input for every position of the call (spec §B.3):
   // [S][n_targets * dim] bf16, the hc-mean of each target layer's input stream in layer order.
+  // A CED prefill that narrows the call fills decoder-layer targets for its last window_size rows
+  // only (zeros before): the rows Model::dspark_commit reads.
   std::vector<uint16_t>* main_hidden_out = nullptr;
+  PrefillMode prefill = PrefillMode::Full;
+  // Bounded replay (tech report §3.2.2): the call re-runs the last tokens of a sequence whose global
+  // caches (compressed KV, index keys, compressor partial groups) already hold them, to rebuild the
+  // window rings. Compressors do not run, and every layer's window starts at the call's first
+  // position. The caches must end exactly where the call ends. See Model::replay_window.
+  bool bounded_replay = false;
 };
 
 // Observation and intervention points, used by `ds41 dump` and `ds41 conform` (teacher forcing,
@@ -64,24 +83,68 @@ struct ForwardHooks {
   std::function<void(int layer, int s, const std::vector<uint8_t>& keep)> on_candidates;
 };
 
+// Token type of a position (spec engram_dspark_vision.md §C.3): text, or one of the four kinds of
+// image-span position. All span positions carry the image token id; only the type tells them
+// apart (and selects the learned delimiter rows and the VL routing bias).
+enum class TokenType : int8_t { Text = -1, ImageStart = 0, Image = 1, ImageNewline = 2, ImageEnd = 3 };
+
+// Inputs of a forward call besides the token ids (spec §C.6): the token type of every position,
+// and for every position whose type is not Text, in position order, the bf16 row that replaces
+// its token embedding (image_start / image_newline / image_end, or the aligner row of an IMAGE
+// slot). Those positions also route with gate.bias_vl instead of gate.bias and are dead for
+// Engram (no n-gram through them, gate 0). Every position is independent, so a span may be split
+// across calls: prefill, decode and chunked prefill stay bit-identical (slice() cuts a call).
+struct InputEmbeddings {
+  std::vector<int8_t> token_types;  // one TokenType per token of the call
+  std::vector<uint16_t> rows;       // [count of non-text positions][dim] bf16
+
+  // Positions [begin, end) of these inputs, for a call over that part of the tokens.
+  InputEmbeddings slice(int64_t begin, int64_t end, int64_t dim) const;
+  bool all_text() const;
+};
+
 class Model {
  public:
   // Opens a checkpoint directory, validates config and tensors (every problem in one error),
-  // and prepares the weights (zero-copy where the layout allows).
-  static std::unique_ptr<Model> load(const std::string& dir);
+  // and prepares the weights (zero-copy where the layout allows). `progress(stage, done, total)`
+  // reports the steps for a progress display: "validating" (tensors), "preparing" (layers).
+  using LoadProgress = std::function<void(const char* stage, int64_t done, int64_t total)>;
+  static std::unique_ptr<Model> load(const std::string& dir, const LoadProgress& progress = {});
 
   const ModelConfig& config() const { return config_; }
   const ModelPlan& plan() const { return plan_; }
   const ModelWeights& weights() const { return weights_; }
   const std::vector<int32_t>& compressed_vocab() const { return compressed_vocab_; }
+  // Engram hashing constants; null for a model without Engram layers.
+  const EngramHashParams* engram_hash() const { return engram_hash_.get(); }
   SequenceState new_sequence() const { return make_sequence_state(config_, plan_); }
 
   // Runs `tokens` at state.pos and advances the state. Returns fp32 logits: [1][vocab] for the
-  // last position, or [S][vocab] with opt.all_logits. `image_mask` (optional, S entries) marks
-  // image-span tokens for the VL routing bias.
+  // last position, or [S][vocab] with opt.all_logits. `inputs` (optional) gives the token types
+  // and the embedding rows of image-span positions (see InputEmbeddings); without it every
+  // position is text.
   std::vector<float> forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
                              ThreadPool* pool, const ForwardHooks* hooks = nullptr,
-                             const std::vector<uint8_t>* image_mask = nullptr) const;
+                             const InputEmbeddings* inputs = nullptr) const;
+  // Same, into `logits` (resized; its capacity is reused). With the sequence's caches reserved
+  // (reserve_sequence) and after a first call of the same shape, a call allocates nothing.
+  void forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                    const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks = nullptr,
+                    const InputEmbeddings* inputs = nullptr) const;
+
+  // Rebuilds every layer's window ring of a sequence whose global caches are complete but whose
+  // rings are not (a compact session): re-runs its last min(window_size, pos) tokens — which the
+  // state's history must hold — as a bounded replay (model/replay.cpp). When pos <= window the
+  // replay recomputes the rings exactly (with the reference's index-key reading only if the
+  // sequence was fed in one call: that reading depends on the call pattern); beyond, the first
+  // replayed positions see a truncated window. Returns the last position's logits. `opt` supplies
+  // the numerics options (corrected_index_keys).
+  // Refuses (ds41::Error) a window holding image-span positions: see replay_window_has_images.
+  std::vector<float> replay_window(SequenceState& state, const ForwardOptions& opt, ThreadPool* pool) const;
+  // Whether the last min(window_size, pos) positions include image-span positions (the image
+  // token id with vision on, or an Engram-dead position). A replay re-embeds tokens, and those
+  // positions' rows came from the vision tower, so such a window cannot be replayed.
+  bool replay_window_has_images(const SequenceState& state) const;
 
   // ---- DSpark drafting (model/dspark.cpp, spec §B) ------------------------------------------
   bool has_dspark() const { return config_.dspark_enabled(); }
@@ -105,9 +168,11 @@ class Model {
 
  private:
   Model() = default;
-  std::vector<float> forward_call(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
-                                  ThreadPool* pool, const ForwardHooks* hooks,
-                                  const std::vector<uint8_t>* image_mask) const;
+  // One forward pass over every layer (forward_into checks the inputs and splits a call that
+  // the reference's per-row index-key reading cannot run in one pass).
+  void forward_call(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                    const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks, const InputEmbeddings* inputs,
+                    const std::vector<uint8_t>* image_mask) const;
   ModelConfig config_;
   ModelPlan plan_;
   ModelWeights weights_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
@@ -55,7 +56,9 @@ void expert_rows(const uint16_t* x, int64_t n, const Lin& w1, const Lin& w2, con
                  float limit, uint16_t* out, ThreadPool* pool,
                  void (*linear)(const uint16_t*, int64_t, const Lin&, uint16_t*, ThreadPool*)) {
   const int64_t I = w1.N;
-  std::vector<uint16_t> g(size_t(n) * I), u(size_t(n) * I), h(size_t(n) * I);
+  DS41_SCRATCH(uint16_t, g, n * I);
+  DS41_SCRATCH(uint16_t, u, n * I);
+  DS41_SCRATCH(uint16_t, h, n * I);
   linear(x, n, w1, g.data(), pool);
   linear(x, n, w3, u.data(), pool);
   for (int64_t r = 0; r < n; ++r)
@@ -76,12 +79,13 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   const float limit = float(c.swiglu_limit);
 
   // Router in fp32: scores = fp32(x) . fp32(Wg)^T / gate_temp.
-  std::vector<float> xf(size_t(S) * D), scores(size_t(S) * E);
+  DS41_SCRATCH(float, xf, int64_t(S) * D);
+  DS41_SCRATCH(float, scores, int64_t(S) * E);
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
   linear_f32_wbf16(xf.data(), S, w.gate_w, E, D, scores.data(), ctx.pool);
   const ScoreFunc score_func = parse_score_func(c.score_func);
-  std::vector<int32_t> ids(size_t(S) * k);
-  std::vector<float> weights(size_t(S) * k);
+  DS41_SCRATCH(int32_t, ids, int64_t(S) * k);
+  DS41_SCRATCH(float, weights, int64_t(S) * k);
   for (int s = 0; s < S; ++s) {
     float* row = scores.data() + int64_t(s) * E;
     if (c.gate_temp != 1.0)
@@ -93,9 +97,10 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     bool pinned = ctx.hooks && ctx.hooks->pin_experts && ctx.hooks->pin_experts(lp.id, s, sel);
     if (!pinned) {
       // (scores + bias).topk(k): torch's CPU selection, including its order (kernels/topk.h).
-      std::vector<float> biased(static_cast<size_t>(E));
+      DS41_SCRATCH(float, biased, E);
       for (int e = 0; e < E; ++e) biased[size_t(e)] = row[e] + bias[e];
-      const std::vector<int32_t> order = torch_topk_largest(biased.data(), E, k, /*sorted=*/true);
+      DS41_SCRATCH_EMPTY(int32_t, order);
+      torch_topk_largest(biased.data(), E, k, /*sorted=*/true, order);
       std::copy(order.begin(), order.end(), sel);
     }
     float* wt = weights.data() + int64_t(s) * k;
@@ -108,10 +113,11 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   }
 
   // Routed experts, ascending id; each token's contributions summed in that order in fp32.
-  std::vector<float> acc(size_t(S) * D, 0.f);
-  std::vector<uint16_t> xin, out;
-  std::vector<float> rw;
-  std::vector<int> toks;
+  DS41_SCRATCH(float, acc, int64_t(S) * D);
+  DS41_SCRATCH_EMPTY(uint16_t, xin);
+  DS41_SCRATCH_EMPTY(uint16_t, out);
+  DS41_SCRATCH_EMPTY(float, rw);
+  DS41_SCRATCH_EMPTY(int, toks);
   for (int e = 0; e < E; ++e) {
     toks.clear();
     rw.clear();
@@ -132,7 +138,7 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
       for (int64_t d = 0; d < D; ++d) acc[int64_t(toks[r]) * D + d] += bf16_to_f32(out[r * D + d]);
   }
   // Shared expert (FP8, no routing weight), added last.
-  std::vector<uint16_t> shared(size_t(S) * D);
+  DS41_SCRATCH(uint16_t, shared, int64_t(S) * D);
   expert_rows<Fp8Matrix>(x, S, w.shared.w1, w.shared.w2, w.shared.w3, nullptr, limit, shared.data(), ctx.pool,
                          &linear_fp8);
   for (int64_t i = 0; i < int64_t(S) * D; ++i) y[i] = f32_to_bf16(acc[i] + bf16_to_f32(shared[i]));

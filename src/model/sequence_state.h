@@ -18,6 +18,10 @@ struct LayerState {
   // Sliding-window ring: slot p % window holds position p.
   std::vector<uint8_t> ring_codes;   // [window][head_dim] E4M3
   std::vector<uint8_t> ring_scales;  // [window][head_dim/32] E8M0
+  // First position this layer has a window entry for. A CED prefill or a bounded replay runs a
+  // layer only from some position on; the positions before it were never computed here, so their
+  // slots are invisible: a query at i sees window positions max(ring_start, i-W+1) .. i.
+  int64_t ring_start = 0;
   // Compressor partial group (ratio > 1): fp32 projections of the group's tokens so far.
   std::vector<float> group_kv, group_score;  // [ratio][head_dim]
   // Compressed main KV (kv sources): entry j = group j, stored packed.
@@ -57,12 +61,16 @@ struct StateJournal {
 
 struct SequenceState {
   int64_t pos = 0;                   // tokens consumed so far
+  int64_t reserved_tokens = 0;       // capacity planned by reserve_sequence (0 = none)
   std::vector<LayerState> layers;    // indexed like ModelPlan::layers (backbone only used here)
   // Reference behaviour (spec pitfall, §5.5): index keys are "published" by a kv source only in a
   // call where its compressor emitted a latent; other index sources read the last published cache.
   int index_k_publisher = -1;
-  std::vector<int32_t> token_history;  // every token consumed (sessions)
-  // Engram: compressed id of every position consumed (-1 = image position, "dead" for n-grams).
+  // Both histories hold positions history_start .. pos-1: every token consumed, except after a
+  // compact session restore, which keeps only the last window (and the Engram look-back before it).
+  int64_t history_start = 0;
+  std::vector<int32_t> token_history;  // tokens (sessions, sampler penalties)
+  // Engram: compressed id of every position held (-1 = image position, "dead" for n-grams).
   std::vector<int64_t> engram_history;
   // DSpark draft rings (the LayerState rings of the DSpark stages) hold the main-KV rows of
   // positions [dspark_start, dspark_pos); drafting needs dspark_pos == pos.
@@ -76,5 +84,11 @@ struct SequenceState {
 };
 
 SequenceState make_sequence_state(const ModelConfig& c, const ModelPlan& plan);
+
+// Reserves capacity for a sequence of `total_tokens` positions in every per-token cache and
+// history, so that forward calls up to that length never reallocate them (no heap allocation in
+// the decode loop, issue #10). Capacity is virtual until written: reserving the planned context
+// costs no resident memory.
+void reserve_sequence(SequenceState& s, const ModelConfig& c, const ModelPlan& plan, int64_t total_tokens);
 
 }  // namespace ds41

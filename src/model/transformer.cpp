@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/hyper_connection.h"
@@ -17,15 +18,21 @@
 
 namespace ds41 {
 
-std::unique_ptr<Model> Model::load(const std::string& dir) {
+std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& progress) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir + ": not a directory (expected a checkpoint directory)");
   std::unique_ptr<Model> m(new Model());
   m->config_ = load_model_dir_config(dir);
   validate_config(m->config_);
   m->plan_ = build_model_plan(m->config_);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
+  const int64_t n_tensors = int64_t(store->size());
+  if (progress) progress("validating", 0, n_tensors);
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
-  m->weights_ = load_model_weights(store, m->plan_);
+  if (progress) progress("validating", n_tensors, n_tensors);
+  m->weights_ = load_model_weights(
+      store, m->plan_, [&](int64_t done, int64_t total) { if (progress) progress("preparing", done, total); },
+      m->config_.vision_n_layers);
+  if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
   m->inv_freq_compressed_ = rope_inv_freq(int(c.rope_head_dim), c.compress_rope_theta, c.original_seq_len,
@@ -54,18 +61,65 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
   return m;
 }
 
+InputEmbeddings InputEmbeddings::slice(int64_t begin, int64_t end, int64_t dim) const {
+  if (begin < 0 || end < begin || end > int64_t(token_types.size())) throw Error("input embeddings: slice out of range");
+  InputEmbeddings out;
+  out.token_types.assign(token_types.begin() + begin, token_types.begin() + end);
+  int64_t first = 0, count = 0;
+  for (int64_t s = 0; s < end; ++s)
+    if (token_types[size_t(s)] >= 0) (s < begin ? first : count) += 1;
+  if (int64_t(rows.size()) < (first + count) * dim) throw Error("input embeddings: fewer rows than non-text positions");
+  out.rows.assign(rows.begin() + first * dim, rows.begin() + (first + count) * dim);
+  return out;
+}
+
+bool InputEmbeddings::all_text() const {
+  for (int8_t t : token_types)
+    if (t >= 0) return false;
+  return true;
+}
+
 std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt,
-                                  ThreadPool* pool, const ForwardHooks* hooks,
-                                  const std::vector<uint8_t>* image_mask) const {
+                                  ThreadPool* pool, const ForwardHooks* hooks, const InputEmbeddings* inputs) const {
+  std::vector<float> logits;
+  forward_into(logits, state, tokens, opt, pool, hooks, inputs);
+  return logits;
+}
+
+void Model::forward_into(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                         const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
+                         const InputEmbeddings* inputs) const {
   const ModelConfig& c = config_;
   const int S = int(tokens.size());
   if (S == 0) throw Error("forward: no tokens given");
   for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab_size)
       throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.vocab_size - 1) + ")");
-  if (image_mask && int(image_mask->size()) != S) throw Error("forward: image mask length differs from the token count");
-  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos : 0))
+  // Image-span positions (type >= 0): their embedding rows, the VL routing mask, Engram's DEAD.
+  std::vector<uint8_t> image_mask_storage;
+  const std::vector<uint8_t>* image_mask = nullptr;
+  if (inputs) {
+    if (int(inputs->token_types.size()) != S) throw Error("forward: token types given for a different number of tokens");
+    int64_t non_text = 0;
+    for (int8_t t : inputs->token_types) {
+      if (t < -1 || t > 3) throw Error("forward: token type " + std::to_string(int(t)) + " is not one of -1 (text) .. 3");
+      non_text += t >= 0;
+    }
+    if (int64_t(inputs->rows.size()) != non_text * c.dim)
+      throw Error("forward: " + std::to_string(non_text) + " image-span positions need as many embedding rows of width " +
+                  std::to_string(c.dim) + " (" + std::to_string(inputs->rows.size()) + " values given)");
+    if (non_text > 0) {
+      for (int8_t t : inputs->token_types) image_mask_storage.push_back(t >= 0 ? 1 : 0);
+      image_mask = &image_mask_storage;
+    }
+  }
+  if (int64_t(state.engram_history.size()) != (engram_hash_ ? state.pos - state.history_start : 0))
     throw Error("forward: sequence state does not belong to this model (Engram history out of step)");
+  // Checks that change nothing come before anything is written to the state.
+  if (opt.bounded_replay) check_bounded_replay(plan_, state, state.pos + S);
+  if (state.journal && (opt.bounded_replay || ced_narrows(c, plan_, opt, S, hooks)))
+    throw Error("forward: a journaled call (speculative verification) cannot be a bounded replay or a narrowing CED "
+                "prefill (the rollback undoes ring and compressor writes row by row)");
   if (state.journal && state.journal->start < 0) {  // what a rollback restores (rollback())
     state.journal->start = state.pos;
     state.journal->publisher_before = state.index_k_publisher;
@@ -73,45 +127,48 @@ std::vector<float> Model::forward(SequenceState& state, const std::vector<int32_
 
   // With the reference's index-key reading, a call at start_pos > 0 reproduces decode row by row;
   // a row that would need index keys a later layer has not written yet in this call starts a new
-  // call (only early in a sequence: see reference_rowwise_rows).
-  const int64_t fits = state.pos > 0 && !opt.corrected_index_keys
+  // call (only early in a sequence: see reference_rowwise_rows). A bounded replay's caches hold
+  // every key already, so it never needs one.
+  const int64_t fits = state.pos > 0 && !opt.corrected_index_keys && !opt.bounded_replay
                            ? reference_rowwise_rows(plan_, state.index_k_publisher, state.pos, S)
                            : int64_t(S);
   if (fits < S) {
     ForwardOptions part_opt = opt;
     std::vector<uint16_t> hidden_a, hidden_b;
-    std::vector<uint8_t> mask_a, mask_b;
-    if (image_mask) {
-      mask_a.assign(image_mask->begin(), image_mask->begin() + fits);
-      mask_b.assign(image_mask->begin() + fits, image_mask->end());
+    std::vector<float> first;
+    InputEmbeddings in_a, in_b;
+    if (inputs) {
+      in_a = inputs->slice(0, fits, c.dim);
+      in_b = inputs->slice(fits, S, c.dim);
     }
     part_opt.main_hidden_out = opt.main_hidden_out ? &hidden_a : nullptr;
-    std::vector<float> first = forward(state, std::vector<int32_t>(tokens.begin(), tokens.begin() + fits), part_opt, pool,
-                                       hooks, image_mask ? &mask_a : nullptr);
+    forward_into(first, state, std::vector<int32_t>(tokens.begin(), tokens.begin() + fits), part_opt, pool, hooks,
+                 inputs ? &in_a : nullptr);
     part_opt.main_hidden_out = opt.main_hidden_out ? &hidden_b : nullptr;
-    std::vector<float> rest = forward(state, std::vector<int32_t>(tokens.begin() + fits, tokens.end()), part_opt, pool,
-                                      hooks, image_mask ? &mask_b : nullptr);
+    forward_into(logits, state, std::vector<int32_t>(tokens.begin() + fits, tokens.end()), part_opt, pool, hooks,
+                 inputs ? &in_b : nullptr);
     if (opt.main_hidden_out) {
       *opt.main_hidden_out = std::move(hidden_a);
       opt.main_hidden_out->insert(opt.main_hidden_out->end(), hidden_b.begin(), hidden_b.end());
     }
-    if (!opt.all_logits) return rest;
-    first.insert(first.end(), rest.begin(), rest.end());
-    return first;
+    if (opt.all_logits) logits.insert(logits.begin(), first.begin(), first.end());
+    return;
   }
-  return forward_call(state, tokens, opt, pool, hooks, image_mask);
+  forward_call(logits, state, tokens, opt, pool, hooks, inputs, image_mask);
 }
 
-std::vector<float> Model::forward_call(SequenceState& state, const std::vector<int32_t>& tokens,
-                                       const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
-                                       const std::vector<uint8_t>* image_mask) const {
+void Model::forward_call(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
+                         const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
+                         const InputEmbeddings* inputs, const std::vector<uint8_t>* image_mask) const {
   const ModelConfig& c = config_;
-  const int S = int(tokens.size());
+  // Rows the call is running: all its tokens, until a CED prefill narrows them at the decoder.
+  int S = int(tokens.size());
+  const bool ced = ced_narrows(c, plan_, opt, S, hooks);
 
   // Engram hash rows of every position of the call, for every Engram layer (§A.5): the history
   // is written first, so the call's own earlier tokens are n-gram context.
-  std::vector<int64_t> engram_ids;
-  std::vector<uint8_t> text_mask;
+  DS41_SCRATCH_EMPTY(int64_t, engram_ids);
+  DS41_SCRATCH_EMPTY(uint8_t, text_mask);
   int engram_cols = 0;
   if (engram_hash_) {
     for (int s = 0; s < S; ++s)
@@ -119,7 +176,13 @@ std::vector<float> Model::forward_call(SequenceState& state, const std::vector<i
                                                                             : int64_t(compressed_vocab_[size_t(tokens[size_t(s)])]));
     engram_cols = engram_hash_->columns;
     engram_ids.resize(size_t(S) * engram_hash_->n_layers * engram_cols);
-    engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data());
+    try {
+      engram_hash_positions(*engram_hash_, state.engram_history.data(), state.pos, S, engram_ids.data(),
+                            state.history_start);
+    } catch (...) {  // leave the state as it was
+      state.engram_history.resize(size_t(state.pos - state.history_start));
+      throw;
+    }
     if (image_mask)
       for (uint8_t m : *image_mask) text_mask.push_back(m ? 0 : 1);
   }
@@ -128,10 +191,20 @@ std::vector<float> Model::forward_call(SequenceState& state, const std::vector<i
                      inv_freq_plain_, inv_freq_compressed_};
   ctx.start = state.pos;
   ctx.S = S;
+  // The per-call top-k lists and candidate pool keep their capacity from call to call (on this
+  // thread); they are handed back below.
+  static thread_local std::vector<std::vector<std::vector<int32_t>>> topk_store;
+  static thread_local std::vector<std::vector<uint8_t>> candidates_store;
+  ctx.topk.swap(topk_store);
+  ctx.candidates.swap(candidates_store);
   ctx.topk.resize(plan_.layers.size());
+  if (opt.bounded_replay) begin_bounded_replay(ctx);
   // After a prefill the publisher is whatever the call's layers published last (the reference's
   // prefill); at start_pos > 0 it follows decode row by row.
   int publisher_after_call = state.index_k_publisher;
+  static thread_local std::vector<int> publisher_store;
+  ctx.publisher_before_row.swap(publisher_store);
+  ctx.publisher_before_row.clear();
   if (state.pos > 0) {
     if (!opt.corrected_index_keys) ctx.publisher_before_row.resize(size_t(S));
     for (int s = 0; s < S; ++s) {
@@ -144,20 +217,32 @@ std::vector<float> Model::forward_call(SequenceState& state, const std::vector<i
   const int64_t D = c.dim;
   const float norm_eps = float(c.norm_eps);
   // Stream X [S][hc][D]: every copy starts as the embedding (§7).
-  std::vector<uint16_t> X(size_t(S) * hc * D);
+  DS41_SCRATCH(uint16_t, X, int64_t(S) * hc * D);
   for (int s = 0; s < S; ++s)
     for (int ci = 0; ci < hc; ++ci)
       std::memcpy(X.data() + (int64_t(s) * hc + ci) * D, weights_.embed + int64_t(tokens[s]) * D, size_t(D) * 2);
-  std::vector<float> a_in(size_t(S) * hc, 0.f);  // one-hot [1,0,..] for layer 0, exactly 1.0
+  if (image_mask) {  // image spans: their rows replace the token embedding (spec §C.6)
+    const uint16_t* row = inputs->rows.data();
+    for (int s = 0; s < S; ++s) {
+      if (!(*image_mask)[size_t(s)]) continue;
+      for (int ci = 0; ci < hc; ++ci) std::memcpy(X.data() + (int64_t(s) * hc + ci) * D, row, size_t(D) * 2);
+      row += D;
+    }
+  }
+  DS41_SCRATCH(float, a_in, int64_t(S) * hc);  // one-hot [1,0,..] for layer 0, exactly 1.0
   for (int s = 0; s < S; ++s) a_in[int64_t(s) * hc] = 1.f;
 
-  BlockScratch scratch(S, hc, D);
-  std::vector<uint16_t> h(static_cast<size_t>(D)), hn(static_cast<size_t>(D));  // final collapse, one row at a time
+  // Block buffers keep their capacity from call to call (on this thread), like DS41_SCRATCH.
+  static thread_local BlockScratch scratch;
+  scratch.resize(S, hc, D);
   // DSpark capture (spec §B.3): the mean over the hc copies of each target layer's input stream
-  // (after its Engram), concatenated in layer order -> main_hidden [S][n_targets * D] bf16.
+  // (after its Engram), concatenated in layer order -> main_hidden [S][n_targets * D] bf16. After
+  // a CED prefill narrows the call, decoder-layer targets fill only its last window_size rows:
+  // the only rows dspark_commit reads (the draft rings hold one window).
   std::vector<uint16_t>* main_hidden = opt.main_hidden_out;
   const int64_t n_targets = int64_t(c.dspark_target_layer_ids.size());
-  if (main_hidden) main_hidden->assign(size_t(S * n_targets * D), 0);
+  const int64_t call_start = state.pos;
+  if (main_hidden) main_hidden->assign(size_t(int64_t(S) * n_targets * D), 0);
   int target_index = 0;
 
   for (const LayerPlan& lp : plan_.layers) {
@@ -165,16 +250,19 @@ std::vector<float> Model::forward_call(SequenceState& state, const std::vector<i
     const BlockWeights& w = weights_.blocks[lp.id];
     if (hooks && hooks->before_block) hooks->before_block(lp.id, S, X.data(), a_in.data());
     if (lp.engram) {  // Engram writes into the stream before the block (§A.10)
-      std::vector<int64_t> rows(static_cast<size_t>(S) * engram_cols);
+      DS41_SCRATCH(int64_t, rows, int64_t(S) * engram_cols);
       for (int s = 0; s < S; ++s)
         std::memcpy(rows.data() + int64_t(s) * engram_cols,
                     engram_ids.data() + (int64_t(s) * engram_hash_->n_layers + lp.engram_index) * engram_cols,
                     size_t(engram_cols) * sizeof(int64_t));
       engram_forward(ctx, lp, w, rows.data(), engram_cols, X.data());
     }
+    if (ced && lp.id == plan_.decoder_start) S = ced_enter_decoder(ctx, lp, w, X, a_in, engram_ids, text_mask);
     if (lp.dspark_target && main_hidden) {
+      const int64_t row0 = ctx.start - call_start;  // rows a CED prefill dropped come first
       for (int s = 0; s < S; ++s)
-        hc_mean(X.data() + int64_t(s) * hc * D, hc, D, main_hidden->data() + (s * n_targets + target_index) * D);
+        hc_mean(X.data() + int64_t(s) * hc * D, hc, D,
+                main_hidden->data() + ((row0 + s) * n_targets + target_index) * D);
       ++target_index;
     }
     run_block(ctx, lp, w, X.data(), a_in, scratch,
@@ -183,22 +271,26 @@ std::vector<float> Model::forward_call(SequenceState& state, const std::vector<i
   }
 
   // Collapse with the last FFN pre-mix, final norm, fp32 head (§4, §7).
+  DS41_SCRATCH(uint16_t, h, D);
+  DS41_SCRATCH(uint16_t, hn, D);
   const int first_row = opt.all_logits ? 0 : S - 1;
   const int rows = S - first_row;
-  std::vector<float> hf(size_t(rows) * D);
+  DS41_SCRATCH(float, hf, int64_t(rows) * D);
   for (int r = 0; r < rows; ++r) {
     const int s = first_row + r;
     hc_pre(X.data() + int64_t(s) * hc * D, a_in.data() + s * hc, hc, D, h.data());
     rmsnorm_row(h.data(), weights_.norm, D, norm_eps, hn.data());
     for (int64_t d = 0; d < D; ++d) hf[r * D + d] = bf16_to_f32(hn[d]);
   }
-  std::vector<float> logits(size_t(rows) * c.vocab_size);
+  logits.resize(size_t(rows) * c.vocab_size);
   linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
 
   if (state.pos > 0) state.index_k_publisher = publisher_after_call;
-  state.pos += S;
+  state.pos += int64_t(tokens.size());
   state.token_history.insert(state.token_history.end(), tokens.begin(), tokens.end());
-  return logits;
+  topk_store.swap(ctx.topk);
+  candidates_store.swap(ctx.candidates);
+  publisher_store.swap(ctx.publisher_before_row);
 }
 
 }  // namespace ds41

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <cerrno>
 #include <cstring>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,12 +12,21 @@ namespace ds41 {
 
 namespace {
 
-void advise_random(const uint8_t* data, size_t bytes) {
+// The page-aligned range covering [data, data + bytes).
+std::pair<void*, size_t> page_range(const uint8_t* data, size_t bytes) {
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
   const uintptr_t end = reinterpret_cast<uintptr_t>(data) + bytes;
-  madvise(reinterpret_cast<void*>(begin), size_t(end - begin), MADV_RANDOM);  // advisory
+  return {reinterpret_cast<void*>(begin), size_t(end - begin)};
 }
+
+void advise(const uint8_t* data, size_t bytes, int advice) {
+  if (!data || bytes == 0) return;
+  const auto [p, n] = page_range(data, bytes);
+  madvise(p, n, advice);  // advisory
+}
+
+void advise_random(const uint8_t* data, size_t bytes) { advise(data, bytes, MADV_RANDOM); }
 
 class Loader {
  public:
@@ -79,14 +89,17 @@ class Loader {
 
 }  // namespace
 
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan) {
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer, int vision_layers) {
   ModelWeights w;
   w.store = store;
   Loader L(*store, w);
   w.embed = L.bf16("embed.weight");
   w.head = L.bf16("head.weight");
   w.norm = L.bf16("norm.weight");
+  int64_t layers_done = 0;
   for (const LayerPlan& lp : plan.layers) {
+    if (on_layer) on_layer(layers_done++, int64_t(plan.layers.size()));
     BlockWeights b;
     const std::string& p = lp.prefix;
     b.attn_norm = L.bf16(p + "attn_norm.weight");
@@ -165,7 +178,79 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
     }
     w.blocks.push_back(std::move(b));
   }
+  if (vision_layers > 0) {
+    VisionWeights& v = w.vision;
+    v.patch_w = L.bf16("vision.patch_embed.proj.weight");
+    v.patch_b = L.bf16("vision.patch_embed.proj.bias");
+    for (int i = 0; i < vision_layers; ++i) {
+      const std::string p = "vision.blocks." + std::to_string(i) + ".";
+      VisionBlockWeights b;
+      b.norm1 = L.bf16_as_f32(p + "norm1.weight");
+      b.norm2 = L.bf16_as_f32(p + "norm2.weight");
+      b.wqkv = L.bf16(p + "attn.wqkv.weight");
+      b.wqkv_bias = L.bf16(p + "attn.wqkv.bias");
+      b.wo = L.bf16(p + "attn.wo.weight");
+      b.wo_bias = L.bf16(p + "attn.wo.bias");
+      b.w1 = L.bf16(p + "mlp.w1.weight");
+      b.w2 = L.bf16(p + "mlp.w2.weight");
+      v.blocks.push_back(b);
+    }
+    v.norm = L.bf16_as_f32("vision.norm.weight");
+    v.aligner_w1 = L.bf16("aligner.w1.weight");
+    v.aligner_b1 = L.bf16("aligner.w1.bias");
+    v.aligner_w2 = L.bf16("aligner.w2.weight");
+    v.aligner_b2 = L.bf16("aligner.w2.bias");
+    v.image_start = L.bf16("image_start");
+    v.image_end = L.bf16("image_end");
+    v.image_newline = L.bf16("image_newline");
+  }
+  advise_model_weights(w);
   return w;
+}
+
+WeightUse weight_use(const std::string& name) {
+  if (name.find(".ffn.experts.") != std::string::npos) return WeightUse::RoutedExpert;
+  if (name.find(".engram.embed.") != std::string::npos) return WeightUse::EngramTable;
+  if (name == "embed.weight") return WeightUse::Embedding;
+  return WeightUse::Always;
+}
+
+void advise_model_weights(const ModelWeights& w) {
+  if (w.store)
+    for (const TensorInfo& t : w.store->tensors()) {
+      const WeightUse use = weight_use(t.name);
+      if (use == WeightUse::Always) advise(t.data, t.nbytes, MADV_WILLNEED);
+      else if (use == WeightUse::Embedding) advise(t.data, t.nbytes, MADV_RANDOM);
+    }
+#ifdef MADV_HUGEPAGE
+  for (const auto& buf : w.owned) advise(buf.data(), buf.size(), MADV_HUGEPAGE);
+#endif
+}
+
+int64_t lock_model_weights(const ModelWeights& w) {
+  int64_t locked = 0;
+  if (!w.store) return 0;
+  for (const TensorInfo& t : w.store->tensors()) {
+    const WeightUse use = weight_use(t.name);
+    if (use != WeightUse::Always && use != WeightUse::RoutedExpert) continue;
+    if (!t.data || t.nbytes == 0) continue;
+    const auto [p, n] = page_range(t.data, t.nbytes);
+    if (mlock(p, n) != 0) {
+      const int err = errno;
+      throw Error("--mlock: locking " + std::to_string(n >> 20) + " MiB of '" + t.name + "' failed after " +
+                  std::to_string(locked >> 20) + " MiB (" + std::strerror(err) +
+                  "); raise the locked-memory limit (ulimit -l, or LimitMEMLOCK for a service) or run without --mlock");
+    }
+    locked += int64_t(n);
+  }
+  for (const auto& buf : w.owned) {
+    if (buf.empty()) continue;
+    if (mlock(buf.data(), buf.size()) != 0)
+      throw Error(std::string("--mlock: locking the weights materialised at load failed (") + std::strerror(errno) +
+                  "); raise the locked-memory limit (ulimit -l) or run without --mlock");
+    locked += int64_t(buf.size());
+  }
+  return locked;
 }
 
 }  // namespace ds41

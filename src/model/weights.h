@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,12 +76,40 @@ struct DSparkHeadWeights {
   const float* confidence = nullptr;       // [dim + markov_rank], widened to fp32 (the reference holds fp32)
 };
 
+// The vision tower (spec engram_dspark_vision.md §C.4-§C.7), all BF16 in the checkpoint. The ViT
+// RMSNorm gains are fp32 parameters in the reference (loaded from bf16, exact widening).
+struct VisionBlockWeights {
+  const float* norm1 = nullptr;
+  const float* norm2 = nullptr;
+  const uint16_t* wqkv = nullptr;       // [3 * vision_dim, vision_dim]
+  const uint16_t* wqkv_bias = nullptr;  // [3 * vision_dim]
+  const uint16_t* wo = nullptr;         // [vision_dim, vision_dim]
+  const uint16_t* wo_bias = nullptr;
+  const uint16_t* w1 = nullptr;         // [2 * vision_inter_dim, vision_dim]: gate rows, then up rows
+  const uint16_t* w2 = nullptr;         // [vision_dim, vision_inter_dim]
+};
+
+struct VisionWeights {
+  const uint16_t* patch_w = nullptr;  // [vision_dim, 3 * patch^2]
+  const uint16_t* patch_b = nullptr;
+  std::vector<VisionBlockWeights> blocks;
+  const float* norm = nullptr;
+  const uint16_t* aligner_w1 = nullptr;  // [dim, vision_dim * ratio^2]
+  const uint16_t* aligner_b1 = nullptr;
+  const uint16_t* aligner_w2 = nullptr;  // [dim, dim]
+  const uint16_t* aligner_b2 = nullptr;
+  const uint16_t* image_start = nullptr;  // [dim] learned span delimiters
+  const uint16_t* image_end = nullptr;
+  const uint16_t* image_newline = nullptr;
+};
+
 struct ModelWeights {
   const uint16_t* embed = nullptr;  // bf16 [vocab, dim]
   const uint16_t* head = nullptr;   // bf16 [vocab, dim]
   const uint16_t* norm = nullptr;   // bf16 [dim]
   std::vector<BlockWeights> blocks; // one per plan layer (backbone then DSpark stages)
   DSparkHeadWeights dspark;         // set when the plan has DSpark stages
+  VisionWeights vision;             // filled when the config enables vision (vision_n_layers > 0)
 
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;
@@ -88,6 +117,28 @@ struct ModelWeights {
 };
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan);
+// `on_layer(done, total)` is called before each plan layer is prepared (progress display). The
+// vision tower's tensors are loaded when `vision_layers` > 0.
+// Applies the residency hints of advise_model_weights.
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer = {}, int vision_layers = 0);
+
+// How the checkpoint's tensors are used, for memory hints (issue #10). Every token reads the
+// "always" tensors; a routed expert is read when the router picks it; Engram table rows are read
+// at hash-random places and the embedding one row per token.
+enum class WeightUse { Always, RoutedExpert, EngramTable, Embedding };
+WeightUse weight_use(const std::string& tensor_name);
+
+// madvise hints, applied at load: MADV_WILLNEED on the tensors every token reads (the kernel
+// starts paging them in at once, asynchronously), nothing on routed experts (read whole when
+// used: default read-ahead; a checkpoint larger than RAM pages them in and out on demand),
+// MADV_RANDOM on Engram tables (set where they are loaded) and the embedding, MADV_HUGEPAGE on the
+// buffers materialised at load (fewer TLB misses). Advisory: failures are ignored.
+void advise_model_weights(const ModelWeights& w);
+
+// mlock(2) of the mapped tensors every token reads and of the routed experts (not the Engram
+// tables, whose touched rows are few and which can be far larger than RAM). Returns the bytes
+// locked; throws ds41::Error when the kernel refuses (with what to do about it).
+int64_t lock_model_weights(const ModelWeights& w);
 
 }  // namespace ds41

@@ -16,6 +16,7 @@
 #include "io/safetensors_writer.h"
 #include "kernels/numeric_formats.h"
 #include "model/model.h"
+#include "runtime/conformance_vision.h"
 
 namespace ds41 {
 
@@ -71,6 +72,7 @@ class Expected {
     return v;
   }
   int64_t dim(const std::string& n, int i) const { return get(n).shape.at(size_t(i)); }
+  const SafetensorsFile& file() const { return file_; }
 
  private:
   SafetensorsFile file_;
@@ -232,10 +234,6 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
 
   auto model = Model::load((dir / cj.value("model", "model")).string());
   const ModelConfig& c = model->config();
-  if (vision_case && opt.mode != "teacher") {
-    rep.skipped_reason = "end-to-end vision needs the ViT, not implemented in this build";
-    return rep;
-  }
   Expected exp((dir / "expected.safetensors").string());
   const bool dspark_case = exp.has("dspark_draft_ids") && !opt.backbone_only;
   if (dspark_case && !model->has_dspark()) throw Error(case_dir + ": the case records DSpark drafts but its model has no draft head");
@@ -258,13 +256,11 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
   const double argmax_fraction = gate.value("argmax", 1.0);
   const std::vector<int> ref_argmax = cj.value("reference_argmax", std::vector<int>{});
 
-  // Golden block-0 input for a vision case: the merged embedding.
-  std::vector<uint16_t> block0;
-  std::vector<uint8_t> image_mask;
-  if (vision_case) {
-    block0 = exp.bf16("vision.embed_merged");
-    for (int32_t t : exp.i32("vision.token_types")) image_mask.push_back(t >= 0 ? 1 : 0);
-  }
+  // A vision case: its vision stages are checked first, and the prefill call takes the image
+  // spans' rows (teacher: the golden merged embedding, block 0's teacher-forced input; otherwise
+  // the engine's own preprocessing and vision tower from the case's PNGs).
+  VisionConformance vision;
+  if (vision_case) vision = run_vision_conformance(case_dir, cj, *model, exp.file(), teacher, pool);
 
   // ---- run the calls ----------------------------------------------------------------------
   SequenceState st = model->new_sequence();
@@ -281,12 +277,7 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
     ForwardHooks hooks;
     if (teacher) {
       hooks.before_block = [&](int layer, int n, uint16_t* X, float* a_in) {
-        if (layer == 0) {
-          if (vision_case && is_prefill)
-            for (int s = 0; s < n; ++s)
-              for (int ci = 0; ci < hc; ++ci) std::memcpy(X + (int64_t(s) * hc + ci) * D, block0.data() + s * D, size_t(D) * 2);
-          return;
-        }
+        if (layer == 0) return;
         auto xs = exp.bf16("stream" + sfx + ".layer" + std::to_string(layer - 1));
         auto pm = exp.f32("pre_mix" + sfx + ".layer" + std::to_string(layer - 1));
         const size_t off = is_prefill ? 0 : size_t(row);
@@ -333,12 +324,13 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
       };
     }
     std::vector<int32_t> toks = is_prefill ? prompt : std::vector<int32_t>{forced[size_t(row)]};
-    rec.logits = model->forward(st, toks, fo, pool, &hooks, is_prefill && vision_case ? &image_mask : nullptr);
+    rec.logits = model->forward(st, toks, fo, pool, &hooks, is_prefill && vision_case ? &vision.prefill_inputs : nullptr);
     rec.main_hidden = std::move(main_hidden);
     calls.push_back(std::move(rec));
   }
 
   // ---- compare ------------------------------------------------------------------------------
+  rep.checks = vision.checks;
   auto add = [&](const std::string& name, double err, double t, bool gated, const std::string& note = "") {
     ConformCheck ch{name, err, gated ? t : -1.0, !gated || err <= t, note};
     rep.checks.push_back(ch);

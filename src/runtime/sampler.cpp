@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 
+#include "base/error.h"
 #include "base/hash.h"
 
 namespace ds41 {
@@ -15,40 +17,142 @@ int32_t argmax_token(const float* logits, int64_t vocab) {
   return int32_t(best);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab, uint64_t step) const {
-  if (opt_.temperature <= 0.0) return argmax_token(logits, vocab);
-  const std::vector<float> p = probabilities(logits, vocab);
-  const uint64_t key = splitmix64(opt_.seed ^ splitmix64(step));
-  int64_t best = -1;
-  float best_v = -1.f;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (p[size_t(i)] <= 0.f) continue;
-    const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
-    const float e = float(-std::log(u));  // Exponential(1)
-    const float v = p[size_t(i)] / e;
-    if (v > best_v) { best_v = v; best = i; }
-  }
-  return int32_t(best < 0 ? argmax_token(logits, vocab) : best);
+std::vector<std::string> sampler_option_problems(const SamplerOptions& o) {
+  std::vector<std::string> p;
+  auto finite = [](double v) { return std::isfinite(v); };
+  if (!finite(o.temperature) || o.temperature < 0) p.push_back("temperature must be >= 0");
+  if (o.top_k < 0) p.push_back("top_k must be >= 0 (0 = off)");
+  if (!finite(o.top_p) || o.top_p <= 0 || o.top_p > 1) p.push_back("top_p must be in (0, 1]");
+  if (!finite(o.min_p) || o.min_p < 0 || o.min_p > 1) p.push_back("min_p must be in [0, 1]");
+  if (!finite(o.repetition_penalty) || o.repetition_penalty <= 0) p.push_back("repetition_penalty must be > 0");
+  if (!finite(o.presence_penalty) || o.presence_penalty < -2 || o.presence_penalty > 2)
+    p.push_back("presence_penalty must be in [-2, 2]");
+  if (!finite(o.frequency_penalty) || o.frequency_penalty < -2 || o.frequency_penalty > 2)
+    p.push_back("frequency_penalty must be in [-2, 2]");
+  if (o.penalty_last_n < 0) p.push_back("penalty_last_n must be >= 0 (0 = whole history)");
+  return p;
 }
 
-std::vector<float> Sampler::probabilities(const float* logits, int64_t vocab) const {
+Sampler::Sampler(const SamplerOptions& o) : opt_(o) {
+  auto problems = sampler_option_problems(o);
+  if (!problems.empty()) {
+    std::string msg = "invalid sampling options:";
+    for (auto& s : problems) msg += "\n  " + s;
+    throw Error(msg);
+  }
+}
+
+std::vector<float> Sampler::penalised_logits(const float* logits, int64_t vocab,
+                                             std::span<const int32_t> history) const {
+  std::vector<float> out(logits, logits + vocab);
+  if (!opt_.has_penalties() || history.empty()) return out;
+  size_t first = 0;
+  if (opt_.penalty_last_n > 0 && history.size() > size_t(opt_.penalty_last_n))
+    first = history.size() - size_t(opt_.penalty_last_n);
+  std::unordered_map<int32_t, int64_t> counts;
+  for (size_t i = first; i < history.size(); ++i)
+    if (history[i] >= 0 && history[i] < vocab) ++counts[history[i]];
+  const float rep = float(opt_.repetition_penalty);
+  for (const auto& [tok, n] : counts) {
+    float& l = out[size_t(tok)];
+    if (opt_.repetition_penalty != 1.0) l = l > 0 ? l / rep : l * rep;
+    l -= float(opt_.presence_penalty) + float(opt_.frequency_penalty * double(n));
+  }
+  return out;
+}
+
+std::vector<float> Sampler::distribution(const float* logits, int64_t vocab, std::span<const int32_t> history) const {
+  const std::vector<float> l = penalised_logits(logits, vocab, history);
+  std::vector<float> p(static_cast<size_t>(vocab), 0.f);
+  if (vocab <= 0) return p;
+  if (opt_.greedy()) {
+    p[size_t(argmax_token(l.data(), vocab))] = 1.f;
+    return p;
+  }
   const float inv_t = float(1.0 / std::max(opt_.temperature, 1e-5));
-  std::vector<float> p(static_cast<size_t>(vocab));
   float mx = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i] * inv_t);
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, l[size_t(i)] * inv_t);
   double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += (p[size_t(i)] = std::exp(logits[i] * inv_t - mx));
+  for (int64_t i = 0; i < vocab; ++i) sum += (p[size_t(i)] = std::exp(l[size_t(i)] * inv_t - mx));
   for (auto& v : p) v = float(v / sum);
-  if (opt_.top_p < 1.0) {
+
+  const bool need_order = opt_.top_k > 0 || opt_.top_p < 1.0;
+  if (need_order) {
+    // Tokens by descending probability, ties by lower id; only as many as the filters can keep.
+    auto before = [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b); };
     std::vector<int32_t> order(static_cast<size_t>(vocab));
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    double acc = 0;
-    size_t keep = 0;
-    while (keep < order.size() && acc < opt_.top_p) acc += p[size_t(order[keep++])];
-    for (size_t i = keep; i < order.size(); ++i) p[size_t(order[i])] = 0.f;
+    size_t keep = order.size();
+    if (opt_.top_k > 0) keep = std::min(keep, size_t(opt_.top_k));
+    // Sort a prefix large enough to reach top_p; widen it when the mass is spread thin.
+    size_t sorted = std::min(keep, size_t(1024));
+    for (;;) {
+      std::partial_sort(order.begin(), order.begin() + long(sorted), order.end(), before);
+      if (opt_.top_p >= 1.0) break;
+      double acc = 0;
+      size_t n = 0;
+      while (n < sorted && acc < opt_.top_p) acc += p[size_t(order[n++])];
+      if (acc >= opt_.top_p || sorted == keep) {
+        keep = std::min(keep, n);
+        break;
+      }
+      sorted = std::min(keep, sorted * 8);
+    }
+    std::vector<uint8_t> kept(static_cast<size_t>(vocab), 0);
+    for (size_t i = 0; i < keep; ++i) kept[size_t(order[i])] = 1;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (!kept[size_t(i)]) p[size_t(i)] = 0.f;
   }
+  if (opt_.min_p > 0) {
+    const float top = *std::max_element(p.begin(), p.end());
+    const float floor_p = float(opt_.min_p) * top;
+    for (auto& v : p)
+      if (v < floor_p) v = 0.f;
+  }
+  double kept_sum = 0;
+  for (float v : p) kept_sum += v;
+  for (auto& v : p) v = float(v / kept_sum);
   return p;
+}
+
+namespace {
+
+uint64_t draw_key(uint64_t seed, uint64_t step, uint64_t stream) {
+  return splitmix64(seed ^ splitmix64(step) ^ (stream ? splitmix64(~stream) : 0));
+}
+
+}  // namespace
+
+int32_t Sampler::draw(const std::vector<float>& probs, uint64_t step, uint64_t stream) const {
+  const uint64_t key = draw_key(opt_.seed, step, stream);
+  int64_t best = -1;
+  float best_v = -1.f;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.f) continue;
+    const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
+    const float e = float(-std::log(u));  // Exponential(1)
+    const float v = probs[i] / e;
+    if (v > best_v) {
+      best_v = v;
+      best = int64_t(i);
+    }
+  }
+  if (best < 0) throw Error("sampler: cannot draw from an all-zero distribution");
+  return int32_t(best);
+}
+
+double Sampler::uniform(uint64_t step, uint64_t stream) const {
+  const uint64_t key = draw_key(opt_.seed, step, stream);
+  return double(splitmix64(key ^ 0x9E3779B97F4A7C15ull) >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, uint64_t step, std::span<const int32_t> history) const {
+  if (opt_.greedy()) {
+    if (!opt_.has_penalties() || history.empty()) return argmax_token(logits, vocab);
+    const std::vector<float> l = penalised_logits(logits, vocab, history);
+    return argmax_token(l.data(), vocab);
+  }
+  return draw(distribution(logits, vocab, history), step);
 }
 
 }  // namespace ds41

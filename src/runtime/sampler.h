@@ -1,32 +1,79 @@
-// Token sampling. Temperature 0 is greedy argmax (ties: lowest id). Otherwise the reference's
-// rule (spec backbone.md §10): probs = softmax(logits / T) in fp32, token = argmax(probs / E) with
-// E ~ Exponential(1) i.i.d. (the Gumbel-max trick, equivalent to multinomial sampling), drawn
-// from our own counter-based generator so that the same seed gives the same tokens everywhere.
-// top_p < 1 restricts the draw to the smallest set of tokens whose probability reaches top_p
-// (an engine option; the model card recommends T = 1.0, top_p 0.95).
+// Token sampling: penalties, temperature, top-k, top-p, min-p, and a seeded draw.
+//
+// The pipeline, in this order (the order vLLM and the OpenAI API document):
+//   1. penalties on the raw logits, from the counts of tokens in the recent history:
+//      repetition (CTRL / HF rule: a seen token's logit is divided by r when positive, multiplied
+//      by r when negative), presence (minus p once for a seen token), frequency (minus f × count);
+//   2. temperature 0 → greedy argmax of the penalised logits (ties: lowest id);
+//   3. otherwise probs = softmax(logits / T) (max-subtracted, summed in double);
+//   4. top-k keeps the k most probable tokens (ties broken by lower id), top-p the smallest
+//      prefix of the sorted tokens whose mass reaches p, min-p the tokens with prob >= min_p × the
+//      largest; the survivors are renormalised;
+//   5. the draw is the reference's Gumbel-max form (spec backbone.md §10): argmax(probs / E) with
+//      E ~ Exponential(1) i.i.d. per token, equivalent to a multinomial draw, from our own
+//      counter-based generator keyed by (seed, step), so a draw never depends on how many draws
+//      came before (speculative decoding and batching change that count).
+// `distribution()` exposes the exact distribution step 5 draws from, which lossless rejection
+// sampling (speculative decoding) needs for both the draft and the target.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace ds41 {
 
 struct SamplerOptions {
-  double temperature = 0.0;
-  double top_p = 1.0;
+  double temperature = 0.0;        // 0 = greedy
+  int64_t top_k = 0;               // 0 = off
+  double top_p = 1.0;              // 1 = off
+  double min_p = 0.0;              // 0 = off
+  double repetition_penalty = 1.0; // 1 = off; > 0
+  double presence_penalty = 0.0;   // OpenAI range [-2, 2]
+  double frequency_penalty = 0.0;  // OpenAI range [-2, 2]
+  int64_t penalty_last_n = 0;      // how many recent tokens the penalties see; 0 = the whole history
   uint64_t seed = 0;
+
+  bool greedy() const { return temperature <= 0.0; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0 || presence_penalty != 0.0 || frequency_penalty != 0.0;
+  }
 };
+
+// Every problem with the options, as one message per problem (empty = valid).
+std::vector<std::string> sampler_option_problems(const SamplerOptions& o);
 
 class Sampler {
  public:
-  explicit Sampler(const SamplerOptions& o) : opt_(o) {}
-  // `step` makes each draw depend only on (seed, step), not on how many draws came before.
-  int32_t sample(const float* logits, int64_t vocab, uint64_t step) const;
-  // The weights `sample` draws from (temperature > 0): softmax(logits / T), then zero outside
-  // top_p (not renormalised: the draw does not need it). Speculative decoding stays lossless
-  // only with exactly this distribution (normalised).
-  std::vector<float> probabilities(const float* logits, int64_t vocab) const;
+  // Throws ds41::Error naming every invalid option.
+  explicit Sampler(const SamplerOptions& o);
+
   const SamplerOptions& options() const { return opt_; }
+
+  // One token for `step` from logits [vocab]. `history` = the sequence so far (prompt and
+  // generated ids) for the penalties; may be empty.
+  int32_t sample(const float* logits, int64_t vocab, uint64_t step, std::span<const int32_t> history = {}) const;
+
+  // The distribution `sample` draws from (sums to 1; zeros outside the kept set). Greedy gives a
+  // one-hot vector at the argmax.
+  std::vector<float> distribution(const float* logits, int64_t vocab, std::span<const int32_t> history = {}) const;
+
+  // The same distribution under the name speculative decoding uses (runtime/speculative.cpp): the
+  // target's rows must be exactly this for rejection sampling to stay lossless.
+  std::vector<float> probabilities(const float* logits, int64_t vocab, std::span<const int32_t> history = {}) const {
+    return distribution(logits, vocab, history);
+  }
+
+  // A draw from any distribution `probs` (e.g. the normalised residual of rejection sampling) with
+  // this sampler's generator; `stream` separates independent draws that share a step.
+  int32_t draw(const std::vector<float>& probs, uint64_t step, uint64_t stream = 0) const;
+
+  // A uniform number in [0, 1) for (step, stream), e.g. the acceptance test min(1, p/q) > u.
+  double uniform(uint64_t step, uint64_t stream) const;
+
+  // The penalised logits (a copy; unchanged when no penalty is set).
+  std::vector<float> penalised_logits(const float* logits, int64_t vocab, std::span<const int32_t> history) const;
 
  private:
   SamplerOptions opt_;

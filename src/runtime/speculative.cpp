@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <span>
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -34,8 +35,8 @@ struct JournalScope {
 
 }  // namespace
 
-double speculative_uniform(uint64_t seed, uint64_t cycle, uint64_t slot, uint64_t purpose) {
-  const uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0x5eedd5a7ull) ^ cycle) ^ (slot << 8 | purpose));
+double speculative_uniform(uint64_t seed, uint64_t key, uint64_t slot, uint64_t purpose) {
+  const uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0x5eedd5a7ull) ^ key) ^ (slot << 8 | purpose));
   return double(h >> 11) * (1.0 / 9007199254740992.0);  // 53 bits: [0, 1)
 }
 
@@ -54,7 +55,7 @@ int32_t draw_from_weights(const std::vector<float>& w, double u) {
 }
 
 SampledAcceptance accept_sampled(const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
-                                 const std::vector<std::vector<float>>& p, uint64_t seed, uint64_t cycle) {
+                                 const std::vector<std::vector<float>>& p, uint64_t seed, uint64_t key) {
   const size_t gamma = drafts.size();
   if (q.size() != gamma || p.size() != gamma + 1)
     throw Error("speculative sampling: need one draft distribution per draft and one target distribution more");
@@ -63,17 +64,17 @@ SampledAcceptance accept_sampled(const std::vector<int32_t>& drafts, const std::
     const int32_t d = drafts[k];
     const double qd = double(q[k][size_t(d)]) / sq, pd = double(p[k][size_t(d)]) / sp;
     // Accept with probability min(1, p/q): u < p/q for u uniform in [0, 1).
-    if (speculative_uniform(seed, cycle, k, kAccept) * qd < pd) continue;
+    if (speculative_uniform(seed, key, k, kAccept) * qd < pd) continue;
     // Rejected: the next token comes from the residual max(p - q, 0), renormalised.
     std::vector<float> residual(p[k].size());
     for (size_t i = 0; i < residual.size(); ++i)
       residual[i] = float(std::max(0.0, double(p[k][i]) / sp - double(q[k][i]) / sq));
-    const double u = speculative_uniform(seed, cycle, k, kResidual);
+    const double u = speculative_uniform(seed, key, k, kResidual);
     // p == q up to rounding leaves no residual mass; then p itself is the right law.
     const int32_t next = weight_sum(residual) > 0 ? draw_from_weights(residual, u) : draw_from_weights(p[k], u);
     return {int(k), next};
   }
-  return {int(gamma), draw_from_weights(p[gamma], speculative_uniform(seed, cycle, gamma, kBonus))};
+  return {int(gamma), draw_from_weights(p[gamma], speculative_uniform(seed, key, gamma, kBonus))};
 }
 
 SpeculativeDecoder::SpeculativeDecoder(const Model& model, SequenceState& state, const SpeculativeOptions& opt,
@@ -94,9 +95,12 @@ SpeculativeDecoder::SpeculativeDecoder(const Model& model, SequenceState& state,
     throw Error("speculative decoding: drafts can only be overridden with greedy verification");
 }
 
-std::vector<float> SpeculativeDecoder::prefill(const std::vector<int32_t>& tokens, int64_t chunk) {
+std::vector<float> SpeculativeDecoder::prefill(const std::vector<int32_t>& tokens, int64_t chunk,
+                                               const InputEmbeddings* inputs) {
   if (tokens.empty()) throw Error("prefill: no tokens given");
   if (chunk < 0) throw Error("prefill: chunk must be >= 0");
+  if (inputs && inputs->token_types.size() != tokens.size())
+    throw Error("prefill: token types given for a different number of tokens");
   std::vector<float> logits;
   std::vector<uint16_t> main_hidden;
   ForwardOptions fo = opt_.forward;
@@ -105,7 +109,10 @@ std::vector<float> SpeculativeDecoder::prefill(const std::vector<int32_t>& token
   const size_t step = chunk ? size_t(chunk) : tokens.size();
   for (size_t i = 0; i < tokens.size(); i += step) {
     const size_t end = std::min(tokens.size(), i + step);
-    logits = model_.forward(st_, std::vector<int32_t>(tokens.begin() + long(i), tokens.begin() + long(end)), fo, pool_);
+    InputEmbeddings part;
+    if (inputs) part = inputs->slice(int64_t(i), int64_t(end), model_.config().dim);
+    model_.forward_into(logits, st_, std::vector<int32_t>(tokens.begin() + long(i), tokens.begin() + long(end)), fo, pool_,
+                        nullptr, inputs ? &part : nullptr);
     model_.dspark_commit(st_, main_hidden.data(), int64_t(end - i), pool_);
   }
   return logits;
@@ -119,7 +126,22 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
   max_new = std::min(max_new, c.max_seq_len - 1 - n);
   if (max_new < 1) return {};
   const bool greedy = opt_.sampling.temperature <= 0;
-  const uint64_t cycle = uint64_t(stats_.cycles);
+  // Draws are keyed by the cycle's first position (n + 1, where the first draft goes), as plain
+  // sampling keys a draw by its position: cycles start at increasing positions, so no two share
+  // a key, and a seeded run does not depend on how the sequence was fed.
+  const uint64_t key = uint64_t(n + 1);
+  // Penalties see the sequence so far, as plain sampling does: row k (the token after d_k) sees
+  // the consumed tokens, the pending token and d_1..d_k.
+  // (Greedy decoding with penalties takes the argmax of the penalised logits.)
+  const bool penalised = opt_.sampling.has_penalties();
+  std::vector<int32_t> history;
+  if (penalised) {
+    history = st_.token_history;
+    history.push_back(pending);
+  }
+  const size_t history_base = history.size();
+  // The history row k of a chain sees: the sequence, pending, then its first k tokens.
+  auto history_upto = [&](int k) { return std::span<const int32_t>(history.data(), penalised ? history_base + size_t(k) : 0); };
   int gamma = int(std::min<int64_t>(draft_tokens_, max_new - 1));
 
   // 1. Draft.
@@ -130,8 +152,10 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
     DraftPicker pick;
     if (!greedy)
       pick = [&](int k, const float* logits, int64_t vocab) {
-        q.push_back(sampler_.probabilities(logits, vocab));
-        return draw_from_weights(q.back(), speculative_uniform(opt_.sampling.seed, cycle, uint64_t(k), kDrawDraft));
+        q.push_back(sampler_.probabilities(logits, vocab, history_upto(k)));
+        const int32_t d = draw_from_weights(q.back(), speculative_uniform(opt_.sampling.seed, key, uint64_t(k), kDrawDraft));
+        if (penalised) history.push_back(d);
+        return d;
       };
     DSparkDraft d = model_.dspark_draft(st_, pending, gamma, pick, pool_);
     drafts = d.drafts;
@@ -156,6 +180,10 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
     if (drafts.size() != count) throw Error("speculative decoding: the draft override changed the draft count");
   }
   gamma = int(drafts.size());
+  if (penalised) {  // the verified chain: the drafts as cut or overridden
+    history.resize(history_base);
+    history.insert(history.end(), drafts.begin(), drafts.end());
+  }
 
   // 2. Verify: one target call over [pending, d1..dγ], journaled so it can be cut back.
   const auto t1 = std::chrono::steady_clock::now();
@@ -166,6 +194,7 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
     ForwardOptions fo = opt_.forward;
     fo.all_logits = true;
     fo.main_hidden_out = &main_hidden;
+    fo.prefill = PrefillMode::Full;  // a verify call is a short decode chunk, never a CED prefill
     std::vector<int32_t> tokens{pending};
     tokens.insert(tokens.end(), drafts.begin(), drafts.end());
     logits = model_.forward(st_, tokens, fo, pool_);
@@ -176,12 +205,16 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
     int accepted = 0;
     int32_t next = 0;
     if (greedy) {
-      while (accepted < gamma && drafts[size_t(accepted)] == argmax_token(logits.data() + accepted * V, V)) ++accepted;
-      next = argmax_token(logits.data() + accepted * V, V);
+      // The token plain greedy decoding picks after row k (penalised argmax when penalties are set).
+      auto target = [&](int k) {
+        return penalised ? sampler_.sample(logits.data() + k * V, V, 0, history_upto(k)) : argmax_token(logits.data() + k * V, V);
+      };
+      while (accepted < gamma && drafts[size_t(accepted)] == target(accepted)) ++accepted;
+      next = target(accepted);
     } else {
       std::vector<std::vector<float>> p;
-      for (int k = 0; k <= gamma; ++k) p.push_back(sampler_.probabilities(logits.data() + k * V, V));
-      const SampledAcceptance a = accept_sampled(drafts, q, p, opt_.sampling.seed, cycle);
+      for (int k = 0; k <= gamma; ++k) p.push_back(sampler_.probabilities(logits.data() + k * V, V, history_upto(k)));
+      const SampledAcceptance a = accept_sampled(drafts, q, p, opt_.sampling.seed, key);
       accepted = a.accepted;
       next = a.next;
     }

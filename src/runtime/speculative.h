@@ -9,7 +9,9 @@
 //  3. accept: greedy — d_k while it equals the target's argmax of row k-1, bonus = argmax of the
 //     first row not matched; sampling — d_k with probability min(1, p_k(d_k) / q_k(d_k)), on the
 //     first rejection a token from normalise(max(p - q, 0)), after a full acceptance a bonus
-//     from p_γ (lossless: every emitted token is distributed as under plain sampling);
+//     from p_γ (lossless: every emitted token is distributed as under plain sampling); p and q are
+//     the Sampler's distributions, penalties included (they see the sequence, pending token and
+//     the chain's earlier drafts, as plain sampling would);
 //     an EOS among the emitted tokens ends the run there;
 //  4. commit: roll the target state back to the kept positions (Model::rollback), write the
 //     draft rings for exactly those positions from the verify's main_hidden.
@@ -50,22 +52,24 @@ struct SpeculativeStats {
   double tokens_per_cycle() const { return cycles ? double(emitted) / double(cycles) : 0.0; }
 };
 
-// Counter-based uniform in [0, 1): the same (seed, cycle, slot, purpose) always gives the same
-// value, so a seeded speculative run is reproducible.
-double speculative_uniform(uint64_t seed, uint64_t cycle, uint64_t slot, uint64_t purpose);
+// Counter-based uniform in [0, 1): the same (seed, key, slot, purpose) always gives the same
+// value, so a seeded speculative run is reproducible. The decoder keys a cycle by the position of
+// its first draft (plain sampling keys a draw by its position too).
+double speculative_uniform(uint64_t seed, uint64_t key, uint64_t slot, uint64_t purpose);
 // Index drawn from unnormalised non-negative weights w by inverse CDF with u in [0, 1).
 int32_t draw_from_weights(const std::vector<float>& w, double u);
 
 // Rejection sampling of one cycle (step 3, sampling): q[k] is the distribution draft k was drawn
 // from, p[k] the target's at the same position (k = 0..γ; p has one more row, for the bonus).
-// Rows are normalised here. Returns the accepted draft count j and the token that follows them
-// (the residual draw at the first rejection, or the bonus).
+// Rows are normalised here. `key` keys the cycle's uniforms (speculative_uniform). Returns the
+// accepted draft count j and the token that follows them (the residual draw at the first
+// rejection, or the bonus).
 struct SampledAcceptance {
   int accepted = 0;
   int32_t next = 0;
 };
 SampledAcceptance accept_sampled(const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
-                                 const std::vector<std::vector<float>>& p, uint64_t seed, uint64_t cycle);
+                                 const std::vector<std::vector<float>>& p, uint64_t seed, uint64_t key);
 
 class SpeculativeDecoder {
  public:
@@ -76,7 +80,8 @@ class SpeculativeDecoder {
 
   // Consumes `tokens` (in calls of at most `chunk` tokens, 0 = one call), seeding the draft
   // rings; returns the logits of the last position (what the first token is sampled from).
-  std::vector<float> prefill(const std::vector<int32_t>& tokens, int64_t chunk = 0);
+  // `inputs` (optional): the token types and image-span rows of `tokens` (Model::forward).
+  std::vector<float> prefill(const std::vector<int32_t>& tokens, int64_t chunk = 0, const InputEmbeddings* inputs = nullptr);
   // One cycle after the pending token (already emitted by the caller, not yet consumed).
   // Emits at most `max_new` (>= 1) tokens and returns them; the last one is the new pending
   // token. Stops after an EOS. Empty when no position is left for a token (max_seq_len). `logits_out`

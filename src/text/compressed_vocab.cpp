@@ -9,7 +9,6 @@
 #include <unicode/ustring.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +21,8 @@
 
 #include "base/error.h"
 #include "base/hash.h"
+#include "text/byte_level.h"
+#include "text/utf8.h"
 
 namespace ds41 {
 namespace {
@@ -33,88 +34,10 @@ constexpr size_t kTrailerBytes = 8;
 
 // ---------------------------------------------------------------- UTF-8 helpers
 
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += char(c);
-  } else if (c < 0x800) {
-    out += char(0xC0 | (c >> 6));
-    out += char(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += char(0xE0 | (c >> 12));
-    out += char(0x80 | ((c >> 6) & 0x3F));
-    out += char(0x80 | (c & 0x3F));
-  } else {
-    out += char(0xF0 | (c >> 18));
-    out += char(0x80 | ((c >> 12) & 0x3F));
-    out += char(0x80 | ((c >> 6) & 0x3F));
-    out += char(0x80 | (c & 0x3F));
-  }
-}
-
-// Length of the well-formed UTF-8 sequence at s[i] (1..4), or the negated length of its maximal
-// ill-formed prefix (at least 1 byte) when the bytes there are not well formed. Ranges are those
-// of Unicode Table 3-7, which excludes overlong forms, surrogates and code points above U+10FFFF.
-int utf8_sequence_length(std::string_view s, size_t i) {
-  const auto b0 = uint8_t(s[i]);
-  if (b0 < 0x80) return 1;
-  int need;
-  uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 1;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    need = 2;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    need = 3;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return -1;  // a continuation byte or C0, C1, F5..FF can never start a sequence
-  }
-  for (int k = 1; k <= need; ++k) {
-    if (i + k >= s.size()) return -k;
-    const auto b = uint8_t(s[i + k]);
-    const uint8_t l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-    if (b < l || b > h) return -k;
-  }
-  return need + 1;
-}
-
-char32_t decode_utf8_at(std::string_view s, size_t i, int len) {
-  const auto b0 = uint8_t(s[i]);
-  if (len == 1) return b0;
-  char32_t c = b0 & (0x7F >> len);
-  for (int k = 1; k < len; ++k) c = (c << 6) | (uint8_t(s[i + k]) & 0x3F);
-  return c;
-}
-
 std::string to_utf8(std::u32string_view s) {
   std::string out;
   for (char32_t c : s) append_utf8(out, c);
   return out;
-}
-
-// ---------------------------------------------------------------- GPT-2 byte-level table
-
-// GPT-2's byte <-> unicode table: printable Latin-1 bytes ('!'..'~', U+00A1..U+00AC,
-// U+00AE..U+00FF) stand for themselves; the other 68 bytes, in increasing order, are spelled
-// U+0100, U+0101, ... so that every byte has a visible, non-space character.
-struct ByteLevelTable {
-  std::array<int16_t, 256 + 68> byte_of{};  // code point -> byte, -1 if not in the table
-  ByteLevelTable() {
-    byte_of.fill(-1);
-    int next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-      byte_of[size_t(printable ? b : next++)] = int16_t(b);
-    }
-  }
-};
-
-const ByteLevelTable& byte_level_table() {
-  static const ByteLevelTable table;
-  return table;
 }
 
 // ---------------------------------------------------------------- ICU pieces
@@ -241,38 +164,6 @@ int32_t CompressedVocab::at(int64_t raw_id) const {
                 source + " (" + std::to_string(size()) + " ids)");
   }
   return map[size_t(raw_id)];
-}
-
-std::string byte_level_decode(std::string_view token) {
-  const auto& table = byte_level_table();
-  std::string bytes;
-  for (size_t i = 0; i < token.size();) {
-    const int len = utf8_sequence_length(token, i);
-    if (len < 0) return std::string(token);
-    const char32_t c = decode_utf8_at(token, i, len);
-    // Like the HF decoder: one character outside the table makes the whole token fall back to
-    // its own UTF-8 bytes (this is how added tokens such as "<｜User｜>" decode to themselves).
-    if (c >= table.byte_of.size() || table.byte_of[c] < 0) return std::string(token);
-    bytes += char(table.byte_of[c]);
-    i += size_t(len);
-  }
-  return bytes;
-}
-
-std::string utf8_lossy(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size());
-  for (size_t i = 0; i < bytes.size();) {
-    const int len = utf8_sequence_length(bytes, i);
-    if (len > 0) {
-      out.append(bytes.substr(i, size_t(len)));
-      i += size_t(len);
-    } else {
-      append_utf8(out, U'\uFFFD');
-      i += size_t(-len);
-    }
-  }
-  return out;
 }
 
 std::string normalize_engram_key(std::string_view utf8) {

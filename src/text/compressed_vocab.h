@@ -39,6 +39,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "text/byte_level.h"  // byte_level_decode (step 1), used by the tests through this header
+#include "text/utf8.h"        // utf8_lossy (step 1)
+
 namespace ds41 {
 
 inline constexpr char kCompressedVocabMagic[8] = {'D', 'S', '4', '1', 'C', 'V', 'M', '\0'};
@@ -85,11 +88,6 @@ std::vector<int32_t> read_compressed_vocab_file(const std::string& path, int64_t
 CompressedVocab load_compressed_vocab(const std::string& path, int64_t expected_compressed_size);
 
 // The pieces of the derivation, exposed for tests.
-// GPT-2 byte-level decoding of one token spelling to raw bytes (see step 1 above).
-std::string byte_level_decode(std::string_view token);
-// Bytes -> valid UTF-8: every maximal ill-formed subsequence becomes one U+FFFD (the Unicode
-// "substitution of maximal subparts" practice that Rust's String::from_utf8_lossy follows).
-std::string utf8_lossy(std::string_view bytes);
 // The reference normalizer on valid UTF-8: NFKC -> NFD -> drop General_Category Mark -> full
 // lowercase per character -> collapse [ \t\r\n]+ to " " -> a lone " " becomes U+E000 -> strip
 // White_Space at both ends -> U+E000 becomes " ". Like HF tokenizers, the normalization forms and

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
+#include "../tiny_model.h"
 
 namespace ds41 {
 namespace {
@@ -167,6 +168,254 @@ TEST(Cli, RunSavesAndContinuesASession) {
   auto bad = run_ds41("run " + m + " --load-session " + tmp.path() + "/s.session --tokens 7 --max-tokens 1");
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.err.find("truncated"), std::string::npos) << bad.err;
+}
+
+// `run --image`: each image fills the next placeholder id (129264 in the tiny preset, as released):
+// ids given with --tokens, or written by the prompt encoder for -p (a tokenizer that knows
+// <｜deepseek_image｜>); bad images and unpaired placeholders are clear errors (chunked prefill
+// with images: vision_forward_test.cpp).
+TEST(Cli, RunTakesImagesForPlaceholderTokens) {
+  test::TempDir tmp;
+  const std::string images = std::string(DS41_SOURCE_DIR) + "/tests/data/vision/images/";
+  const std::string m = "-m " + test::tiny_model_dir(true) + " --threads 2";
+  const std::string two = " --tokens 0,129264,5,129264,9 --image " + images + "rgb_3x2.png --image " + images +
+                          "gray_57x43.jpg --max-tokens 2";
+  auto a = run_ds41("run " + m + two + " --json");
+  ASSERT_EQ(a.status, 0) << a.err;
+  auto j = nlohmann::json::parse(a.out);
+  ASSERT_EQ(j["images"].size(), 2u);
+  // 3 x 2 is upscaled to the 295,936-pixel minimum: 666 x 444 -> 672 x 448, 11 x 16 tokens (spec §C.2).
+  EXPECT_EQ(j["images"][0]["span_length"], 11 * 17 + 2);
+  EXPECT_EQ(j["images"][0]["span_start"], 1);
+  const int64_t len0 = j["images"][0]["span_length"], len1 = j["images"][1]["span_length"];
+  EXPECT_EQ(j["prompt"].size(), size_t(3 + len0 + len1));
+  EXPECT_GT(j["timing"]["vision_s"].get<double>(), 0.0);
+  // Errors: a damaged image, a missing file, placeholders and images that do not pair up.
+  {
+    std::ifstream in(images + "rgb_100x60.png", std::ios::binary);
+    std::string bytes(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(tmp.path() + "/cut.png", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  auto bad = run_ds41("run " + m + " --tokens 0,129264 --image " + tmp.path() + "/cut.png --max-tokens 1");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("cut.png: not a valid PNG image"), std::string::npos) << bad.err;
+  auto missing = run_ds41("run " + m + " --tokens 0,129264 --image " + tmp.path() + "/none.png --max-tokens 1");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("none.png: cannot open"), std::string::npos) << missing.err;
+  auto unpaired = run_ds41("run " + m + " --tokens 0,5 --image " + images + "rgb_3x2.png --max-tokens 1");
+  EXPECT_EQ(unpaired.status, 1);
+  EXPECT_NE(unpaired.err.find("0 image placeholder tokens (id 129264) but 1 image"), std::string::npos) << unpaired.err;
+  if (!test::have_shared()) return;
+  // -p: the V3 tokenizer has no <｜deepseek_image｜> (a clear error); with that token added as
+  // id 129264 (as in V4.1), the encoder's placeholder becomes the image's span.
+  const std::string v3 = test::shared_dir() + "/assets/deepseek_v3_tokenizer/tokenizer.json";
+  auto no_token = run_ds41("run " + m + " --tokenizer " + v3 + " -p Describe --image " + images + "rgb_3x2.png --max-tokens 1");
+  EXPECT_EQ(no_token.status, 1);
+  EXPECT_NE(no_token.err.find("does not encode <｜deepseek_image｜>"), std::string::npos) << no_token.err;
+  {
+    std::ifstream in(v3);
+    nlohmann::json t = nlohmann::json::parse(in);
+    // Added tokens take consecutive ids after the vocabulary (as in HF tokenizers): fill up to 129264.
+    auto added = [&](int64_t id, const std::string& content) {
+      t["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
+    };
+    int64_t next = 0;
+    for (const auto& a : t["added_tokens"]) next = std::max<int64_t>(next, a["id"].get<int64_t>() + 1);
+    next = std::max<int64_t>(next, int64_t(t["model"]["vocab"].size()));
+    for (int64_t id = next; id < 129264; ++id) added(id, "<｜filler_" + std::to_string(id) + "｜>");
+    added(129264, "<｜deepseek_image｜>");
+    std::ofstream(tmp / "tok.json") << t.dump();
+  }
+  auto p = run_ds41("run " + m + " --tokenizer " + tmp / "tok.json" + " -p Describe --image " + images +
+                    "rgb_3x2.png --max-tokens 1 --json");
+  ASSERT_EQ(p.status, 0) << p.err;
+  auto pj = nlohmann::json::parse(p.out);
+  ASSERT_EQ(pj["images"].size(), 1u);
+  const int64_t start = pj["images"][0]["span_start"], len = pj["images"][0]["span_length"];
+  EXPECT_EQ(len, 11 * 17 + 2);
+  for (int64_t i = start; i < start + len; ++i) EXPECT_EQ(pj["prompt"][size_t(i)], 129264) << i;
+  EXPECT_NE(pj["prompt"][size_t(start - 1)], 129264);
+  EXPECT_NE(pj["prompt"][size_t(start + len)], 129264);
+}
+
+// Comma-separated ids of a deterministic prompt longer than the window.
+std::string long_prompt(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string((int64_t(i) * 7919 + 13) % 129280);
+  return s;
+}
+
+TEST(Cli, RunSavesExactAndCompactSessionsOfALongSequence) {
+  const std::string m = "-m " + test::tiny_model_dir(true) + " --threads 2";
+  test::TempDir tmp;
+  const std::string prompt = long_prompt(150);
+  auto e = run_ds41("run " + m + " --tokens " + prompt + " --max-tokens 2 --save-session " + tmp.path() + "/e --exact");
+  ASSERT_EQ(e.status, 0) << e.err;
+  auto c = run_ds41("run " + m + " --tokens " + prompt + " --max-tokens 2 --save-session " + tmp.path() + "/c");
+  ASSERT_EQ(c.status, 0) << c.err;
+  ASSERT_EQ(c.out, e.out);
+  const std::string g = e.out.substr(0, e.out.find('\n'));
+  // Exact: the continuation equals running the whole sequence at once.
+  auto full = run_ds41("run " + m + " --tokens " + prompt + "," + g + ",7 --max-tokens 4");
+  auto cont = run_ds41("run " + m + " --load-session " + tmp.path() + "/e --tokens 7 --max-tokens 4");
+  ASSERT_EQ(cont.status, 0) << cont.err;
+  EXPECT_EQ(cont.out, full.out);
+  // Compact: restored by bounded replay (approximate beyond the window), and much smaller.
+  auto approx = run_ds41("run " + m + " --load-session " + tmp.path() + "/c --tokens 7 --max-tokens 4 --json");
+  ASSERT_EQ(approx.status, 0) << approx.err;
+  EXPECT_EQ(nlohmann::json::parse(approx.out)["generated"].size(), 4u);
+  EXPECT_LT(std::filesystem::file_size(tmp.path() + "/c") * 2, std::filesystem::file_size(tmp.path() + "/e"));
+  auto bad = run_ds41("run " + m + " --tokens 1 --exact");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("--save-session"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, RunCedPrefillWithinTheWindowEqualsFull) {
+  const std::string m = "-m " + test::tiny_model_dir(false) + " --threads 2 --max-tokens 3";
+  const std::string prompt = long_prompt(100);
+  auto full = run_ds41("run " + m + " --tokens " + prompt);
+  auto ced = run_ds41("run " + m + " --tokens " + prompt + " --prefill ced");
+  ASSERT_EQ(ced.status, 0) << ced.err;
+  EXPECT_EQ(ced.out, full.out);
+  auto bad = run_ds41("run " + m + " --tokens 1 --prefill fast");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("expected full or ced"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, BenchPrefillComparesFullAndCed) {
+  test::TempDir tmp;
+  {
+    std::ofstream f(tmp / "prompt.txt");
+    f << long_prompt(150) << "\n";
+  }
+  auto r = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 100,150 --continuation 4 --threads 2 "
+                    "--compare ced,replay --json --tokens-file " + tmp.path() + "/prompt.txt");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_EQ(j["decoder_start"], 4);
+  // Within the window CED is the full prefill and a compact restore is exact: no divergence.
+  const auto& within = j["results"][0];
+  EXPECT_EQ(within["tokens"], 100);
+  for (const char* what : {"ced", "replay"}) {
+    EXPECT_EQ(within[what]["first_kl"], 0.0) << what;
+    EXPECT_EQ(within[what]["forced_max_kl"], 0.0) << what;
+    EXPECT_EQ(within[what]["greedy_equal"], 4) << what;
+  }
+  const auto& beyond = j["results"][1];
+  for (const char* what : {"ced", "replay"}) {
+    EXPECT_GT(beyond[what]["first_max_logit_diff"].get<double>(), 0.0) << what;
+    EXPECT_GE(beyond[what]["forced_mean_kl"].get<double>(), 0.0) << what;
+  }
+  EXPECT_GT(beyond["ced"]["s"].get<double>(), 0.0);
+  EXPECT_GT(beyond["replay"]["session_bytes"].get<int64_t>(), 0);
+  auto bad = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --compare exact");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("expected ced and/or replay"), std::string::npos) << bad.err;
+  // Lengths the model cannot hold, or more than the prompt file gives, are errors.
+  auto big = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 5000 --json");
+  EXPECT_EQ(big.status, 1);
+  EXPECT_NE(big.err.find("max_seq_len"), std::string::npos) << big.err;
+  auto short_file = run_ds41("bench-prefill -m " + test::tiny_model_dir(false) + " --lengths 200 --tokens-file " +
+                             tmp.path() + "/prompt.txt");
+  EXPECT_EQ(short_file.status, 1);
+  EXPECT_NE(short_file.err.find("fewer than the longest length"), std::string::npos) << short_file.err;
+}
+
+TEST(Cli, EngramBenchReportsRowsPerTokenOfThePlan) {
+  const ModelConfig c = test::tiny_config(true);
+  auto r = run_ds41("engram -m " + test::tiny_model_dir(true) + " --bench --positions 8 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const int64_t rows = int64_t(c.engram_layer_ids.size()) * (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  EXPECT_EQ(j["rows_per_token"], rows);
+  EXPECT_EQ(j["bytes_read_per_token"], rows * (c.engram_head_dim + c.engram_head_dim / 32));
+  for (const char* k : {"hash_us_per_token", "gather_cold_us_per_token", "gather_warm_us_per_token",
+                        "engram_step_us_per_token", "decode_step_us"})
+    EXPECT_GT(j[k].get<double>(), 0.0) << k;
+  // A model without Engram is a clear error.
+  auto none = run_ds41("engram -m " + test::tiny_model_dir(false) + " --bench --positions 8");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("no Engram"), std::string::npos) << none.err;
+}
+
+TEST(Cli, TokenizeAndDetokenizeWithTheModelDirectory) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  const std::string dir = test::shared_dir() + "/assets/deepseek_v3_tokenizer";
+  // HF tokenizers: "Hello world" -> 19923, 2058; "<｜User｜>" is 128803.
+  auto r = run_ds41("tokenize -m " + dir + " -p 'Hello world<｜User｜>' --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>(), (std::vector<int>{19923, 2058, 128803}));
+  auto plain = run_ds41("tokenize --tokenizer " + dir + "/tokenizer.json -p 'Hello world<｜User｜>'");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out, "19923,2058,128803\n");
+  auto back = run_ds41("detokenize -m " + dir + " --tokens 19923,2058,128803 --json");
+  ASSERT_EQ(back.status, 0) << back.err;
+  EXPECT_EQ(nlohmann::json::parse(back.out)["text"], "Hello world<｜User｜>");
+  auto skip = run_ds41("detokenize -m " + dir + " --tokens 0,19923,1 --skip-special");
+  EXPECT_EQ(skip.out, "Hello\n");
+  // --file, and the benchmark's JSON.
+  test::TempDir tmp;
+  std::ofstream(tmp / "text.txt") << "The quick brown fox. 敏捷的棕色狐狸。\n";
+  auto file = run_ds41("tokenize -m " + dir + " --file " + tmp / "text.txt" + " --json");
+  ASSERT_EQ(file.status, 0) << file.err;
+  auto ids = nlohmann::json::parse(file.out)["ids"].get<std::vector<int>>();
+  std::string csv;
+  for (int id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+  auto text = run_ds41("detokenize -m " + dir + " --tokens " + csv);
+  EXPECT_EQ(text.out, "The quick brown fox. 敏捷的棕色狐狸。\n\n");
+  auto bench = run_ds41("tokenize -m " + dir + " --file " + tmp / "text.txt" + " --bench --json");
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(bench.out)["ids"], ids.size());
+  EXPECT_GT(nlohmann::json::parse(bench.out)["cold_mb_per_s"].get<double>(), 0.0);
+}
+
+TEST(Cli, TokenizeErrorsNameTheMissingFile) {
+  test::TempDir tmp;
+  auto r = run_ds41("tokenize -m " + tmp.path() + " -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("no tokenizer.json in " + tmp.path()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(tmp / "tokenizer.json"), std::string::npos) << r.err;
+  auto f = run_ds41("detokenize --tokenizer " + tmp / "tok.json" + " --tokens 1");
+  EXPECT_EQ(f.status, 1);
+  EXPECT_NE(f.err.find(tmp / "tok.json"), std::string::npos) << f.err;
+  auto none = run_ds41("tokenize -p hi");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("-m DIR"), std::string::npos) << none.err;
+  if (!test::have_shared()) return;
+  const std::string dir = test::shared_dir() + "/assets/deepseek_v3_tokenizer";
+  auto bad_id = run_ds41("detokenize -m " + dir + " --tokens 5,128815");
+  EXPECT_EQ(bad_id.status, 1);
+  EXPECT_NE(bad_id.err.find("128815 is outside the vocabulary"), std::string::npos) << bad_id.err;
+  std::ofstream(tmp / "bad.txt", std::ios::binary) << "ok\xff";
+  auto bad_text = run_ds41("tokenize -m " + dir + " --file " + tmp / "bad.txt");
+  EXPECT_EQ(bad_text.status, 1);
+  EXPECT_NE(bad_text.err.find("not valid UTF-8"), std::string::npos) << bad_text.err;
+}
+
+TEST(Cli, RunTextPromptIsRepeatableAndPrintsTimings) {
+  if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  test::TempDir tmp;
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/m --tokenizer " + test::shared_dir() +
+                     "/assets/deepseek_v3_tokenizer/tokenizer.json --quiet --threads 2")
+                .status,
+            0);
+  const std::string cmd = "run -m " + tmp.path() + "/m -p Hello --max-tokens 20 --temp 0 --threads 2";
+  auto a = run_ds41(cmd), b = run_ds41(cmd);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_FALSE(a.out.empty());
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.err.find("tok/s"), std::string::npos) << a.err;
+  auto j = run_ds41(cmd + " --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  auto r = nlohmann::json::parse(j.out);
+  if (r["finish_reason"] == "length") EXPECT_EQ(r["generated"].size(), 20u);
+  EXPECT_EQ(r["content"].get<std::string>() + "\n", a.out);
+  // Without a tokenizer the error names the file that is missing.
+  auto none = run_ds41("run -m " + test::tiny_model_dir(false) + " -p Hello --max-tokens 2");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("tokenizer.json"), std::string::npos) << none.err;
 }
 
 }  // namespace

@@ -1,0 +1,220 @@
+// `ds41 bench`: machine bandwidth and FMA peak, prefill and decode speed of a checkpoint, bytes
+// per decoded token, and the efficiencies relating them (runtime/bench.h), for the active SIMD
+// level and, for the speed-up, the scalar kernels (DS41_SIMD or --no-scalar to change that).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "kernels/simd_level.h"
+#include "runtime/bench.h"
+
+namespace ds41::cli {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<double> load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return {};
+  return {l[0], l[1], l[2]};
+}
+
+struct RunFigures {
+  std::vector<PrefillFigure> prefill;
+  std::vector<DecodeFigure> decode;
+  GemmFigure gemm;
+};
+
+// Prefills at every length and decodes at every context, reusing a prefill's sequence when its
+// length is one of the decode contexts.
+RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengths,
+                       const std::vector<int64_t>& decode_contexts, int64_t decode_steps, int64_t gemm_rows,
+                       ThreadPool* pool, bool verbose) {
+  RunFigures r;
+  std::map<int64_t, bool> decoded;
+  auto decode_from = [&](SequenceState& st) {
+    if (verbose) std::fprintf(stderr, "bench: [%s] decode %lld steps at context %lld\n", simd_level_name(simd_level()),
+                              (long long)decode_steps, (long long)st.pos);
+    r.decode.push_back(bench_decode(m, st, decode_steps, pool));
+    decoded[r.decode.back().context] = true;
+  };
+  for (int64_t len : prefill_lengths) {
+    if (verbose) std::fprintf(stderr, "bench: [%s] prefill %lld tokens\n", simd_level_name(simd_level()), (long long)len);
+    SequenceState st;
+    r.prefill.push_back(bench_prefill(m, len, pool, st, uint64_t(len)));
+    if (std::find(decode_contexts.begin(), decode_contexts.end(), len) != decode_contexts.end()) decode_from(st);
+  }
+  for (int64_t ctx : decode_contexts) {
+    if (decoded.count(ctx)) continue;
+    SequenceState st = m.new_sequence();
+    if (ctx > 0) {
+      if (verbose) std::fprintf(stderr, "bench: [%s] prefill %lld tokens (context for decode)\n",
+                                simd_level_name(simd_level()), (long long)ctx);
+      bench_prefill(m, ctx, pool, st, uint64_t(ctx));
+    }
+    decode_from(st);
+  }
+  std::sort(r.decode.begin(), r.decode.end(), [](const DecodeFigure& a, const DecodeFigure& b) { return a.context < b.context; });
+  if (gemm_rows > 0) r.gemm = bench_quantized_gemms(m, gemm_rows, pool);
+  return r;
+}
+
+json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_per_token, int threads) {
+  json j;
+  j["prefill"] = json::array();
+  for (const PrefillFigure& p : r.prefill)
+    j["prefill"].push_back({{"tokens", p.tokens},
+                            {"seconds", p.seconds},
+                            {"cpu_share", p.cpu_seconds / std::max(p.seconds * threads, 1e-9)},
+                            {"tokens_per_s", p.tokens_per_s()},
+                            {"quantized_gemm_flops_per_s", 2.0 * double(macs_per_token) * p.tokens_per_s()},
+                            {"efficiency_vs_fma_peak", 2.0 * double(macs_per_token) * p.tokens_per_s() / peak}});
+  j["decode"] = json::array();
+  for (const DecodeFigure& d : r.decode)
+    j["decode"].push_back({{"context", d.context},
+                           {"steps", d.steps},
+                           {"seconds", d.seconds},
+                           {"cpu_share", d.cpu_seconds / std::max(d.seconds * threads, 1e-9)},
+                           {"tokens_per_s", d.tokens_per_s()},
+                           {"bytes_per_token", d.bytes.total()},
+                           {"weight_bytes_per_token", d.bytes.weights},
+                           {"kv_bytes_per_token", d.bytes.kv},
+                           {"bytes_per_s", double(d.bytes.total()) * d.tokens_per_s()},
+                           {"efficiency_vs_bandwidth", double(d.bytes.total()) * d.tokens_per_s() / triad}});
+  if (r.gemm.rows > 0)
+    j["quantized_gemms"] = {{"rows", r.gemm.rows},
+                            {"flops", r.gemm.flops},
+                            {"seconds", r.gemm.seconds},
+                            {"flops_per_s", r.gemm.flops_per_s()},
+                            {"efficiency_vs_fma_peak", r.gemm.flops_per_s() / peak}};
+  return j;
+}
+
+void print_figures(const char* title, const json& j) {
+  std::printf("%s\n", title);
+  for (const auto& p : j["prefill"])
+    std::printf("  prefill %6lld tokens  %9.2f tok/s   quantized GEMMs %8.2f GFLOP/s = %5.1f%% of FMA peak   (cpu share %.2f)\n",
+                (long long)p["tokens"].get<int64_t>(), p["tokens_per_s"].get<double>(),
+                p["quantized_gemm_flops_per_s"].get<double>() / 1e9, 100.0 * p["efficiency_vs_fma_peak"].get<double>(),
+                p["cpu_share"].get<double>());
+  for (const auto& d : j["decode"])
+    std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth   (cpu share %.2f)\n",
+                (long long)d["context"].get<int64_t>(), d["tokens_per_s"].get<double>(),
+                double(d["bytes_per_token"].get<int64_t>()) / 1e6, double(d["kv_bytes_per_token"].get<int64_t>()) / 1e6,
+                d["bytes_per_s"].get<double>() / 1e9, 100.0 * d["efficiency_vs_bandwidth"].get<double>(),
+                d["cpu_share"].get<double>());
+  if (j.contains("quantized_gemms")) {
+    const auto& g = j["quantized_gemms"];
+    std::printf("  FP8/FP4 GEMMs alone, %lld rows: %8.2f GFLOP/s = %5.1f%% of FMA peak\n", (long long)g["rows"].get<int64_t>(),
+                g["flops_per_s"].get<double>() / 1e9, 100.0 * g["efficiency_vs_fma_peak"].get<double>());
+  }
+}
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args args("bench", "measure bandwidth, FMA peak, prefill and decode speed and their efficiencies",
+            "ds41 bench -m DIR [--threads N] [--json] [--prefill-lengths 128,512,2048,8192] [--decode-contexts 0,2048,8192]",
+            {{"model", "DIR", "checkpoint directory", ""},
+             {"m", "DIR", "same as --model", ""},
+             {"prefill-lengths", "LIST", "prefill lengths in tokens", "128,512,2048,8192"},
+             {"decode-contexts", "LIST", "contexts (tokens already in the sequence) to decode at", "0,2048,8192"},
+             {"decode-tokens", "N", "decode steps timed at each context", "16"},
+             {"gemm-rows", "N", "activation rows of the FP8/FP4 GEMM measurement (0 = skip)", "512"},
+             {"triad-mb", "N", "size of each STREAM triad array in MiB", "256"},
+             {"no-scalar", "", "skip the scalar-kernel comparison", ""},
+             {"scalar-prefill", "N", "prefill length of the scalar comparison", "128"},
+             {"scalar-decode-tokens", "N", "decode steps (at context 0) of the scalar comparison", "8"},
+             {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
+             {"json", "", "print the figures as JSON", ""},
+             {"threads", "N", "worker threads (0 = all cores)", "0"}});
+  if (!args.parse(argc, argv)) return 0;
+  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  if (dir.empty()) throw Error("ds41 bench: -m DIR is required");
+  auto positive_list = [&](const char* name) {
+    std::vector<int64_t> v = parse_int_list(*args.get(name), std::string("--") + name);
+    for (int64_t x : v)
+      if (x < 0) throw Error(std::string("--") + name + ": values must be >= 0");
+    return v;
+  };
+  std::vector<int64_t> prefill_lengths = positive_list("prefill-lengths");
+  const std::vector<int64_t> decode_contexts = positive_list("decode-contexts");
+  for (int64_t l : prefill_lengths)
+    if (l < 1) throw Error("--prefill-lengths: a prefill needs at least one token");
+  const int64_t decode_steps = args.get_int("decode-tokens", 16);
+  const int64_t gemm_rows = args.get_int("gemm-rows", 512);
+  const int64_t triad_mb = args.get_int("triad-mb", 256);
+  const int64_t scalar_prefill = args.get_int("scalar-prefill", 128);
+  const int64_t scalar_steps = args.get_int("scalar-decode-tokens", 8);
+  if (decode_steps < 1 || gemm_rows < 0 || triad_mb < 1 || scalar_prefill < 1 || scalar_steps < 1)
+    throw Error("ds41 bench: --decode-tokens, --triad-mb, --scalar-prefill and --scalar-decode-tokens must be >= 1, --gemm-rows >= 0");
+  const bool as_json = args.flag("json");
+  ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
+
+  const std::vector<double> load_before = load_average();
+  if (!as_json) std::fprintf(stderr, "bench: measuring memory bandwidth and FMA peak on %d threads\n", pool.size());
+  const double triad = measure_triad_bandwidth(&pool, triad_mb << 20, 5);
+  const double peak = measure_fma_peak(&pool, 1.0);
+  auto model = Model::load(dir);
+  const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
+  const int64_t macs = quantized_macs_per_token(*model);
+
+  const RunFigures simd = run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, &pool, !as_json);
+  json out;
+  out["model"] = dir;
+  out["threads"] = pool.size();
+  out["simd_level"] = simd_level_name(simd_level());
+  out["machine"] = {{"triad_bytes_per_s", triad}, {"fma_peak_flops", peak}, {"fma_peak_level", simd_level_name(simd_level_supported())}};
+  out["quantized_macs_per_token"] = macs;
+  out["locked_bytes"] = locked;
+  out["figures"] = figures_json(simd, triad, peak, macs, pool.size());
+  if (!args.flag("no-scalar") && simd_level() != SimdLevel::Scalar) {
+    const int64_t rows = gemm_rows > 0 ? std::min<int64_t>(gemm_rows, 64) : 0;
+    RunFigures s;
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      s = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, &pool, !as_json);
+    }
+    out["scalar"] = figures_json(s, triad, peak, macs, pool.size());
+    // Speed-ups at the scalar run's shapes, measured again at the active level.
+    const RunFigures same = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, &pool, false);
+    out["speedup_vs_scalar"] = {{"prefill", ratio(same.prefill[0].tokens_per_s(), s.prefill[0].tokens_per_s())},
+                                {"decode", ratio(same.decode[0].tokens_per_s(), s.decode[0].tokens_per_s())},
+                                {"quantized_gemms", ratio(same.gemm.flops_per_s(), s.gemm.flops_per_s())}};
+  }
+  out["load_average"] = {{"before", load_before}, {"after", load_average()}};
+
+  if (as_json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("ds41 bench: %s, %d threads, kernels %s\n", dir.c_str(), pool.size(), simd_level_name(simd_level()));
+  std::printf("  memory bandwidth (STREAM triad): %.2f GB/s    FMA peak (fp32, %s): %.1f GFLOP/s\n", triad / 1e9,
+              simd_level_name(simd_level_supported()), peak / 1e9);
+  std::printf("  quantized GEMM work per prefill token: %.1f M multiply-adds\n", double(macs) / 1e6);
+  print_figures("kernels at the active level:", out["figures"]);
+  if (out.contains("scalar")) {
+    print_figures("scalar kernels:", out["scalar"]);
+    const auto& sp = out["speedup_vs_scalar"];
+    std::printf("speed-up over scalar: prefill %.1fx, decode %.1fx, quantized GEMMs %.1fx\n", sp["prefill"].get<double>(),
+                sp["decode"].get<double>(), sp["quantized_gemms"].get<double>());
+  }
+  const auto& lb = out["load_average"]["before"];
+  const auto& la = out["load_average"]["after"];
+  if (lb.size() == 3 && la.size() == 3)
+    std::printf("load average (1 min): %.2f before, %.2f after (other work on the machine lowers every figure)\n",
+                lb[0].get<double>(), la[0].get<double>());
+  return 0;
+}
+
+}  // namespace ds41::cli

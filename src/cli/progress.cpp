@@ -1,0 +1,33 @@
+#include "cli/progress.h"
+
+#include <chrono>
+#include <cstdio>
+#include <unistd.h>
+
+namespace ds41::cli {
+
+ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), tty_(::isatty(2) == 1) {}
+
+ProgressBar::~ProgressBar() { finish(); }
+
+void ProgressBar::update(const std::string& stage, int64_t done, int64_t total) {
+  if (!tty_ || total <= 0) return;
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (done < total && now - last_draw_ < 0.05) return;
+  last_draw_ = now;
+  constexpr int kWidth = 30;
+  const int filled = int(double(kWidth) * double(done) / double(total));
+  std::string bar(size_t(filled), '#');
+  bar.resize(kWidth, ' ');
+  std::fprintf(stderr, "\r\033[K%s [%s] %3d%% %s %lld/%lld", label_.c_str(), bar.c_str(), int(100 * done / total),
+               stage.c_str(), (long long)done, (long long)total);
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressBar::finish() {
+  if (drawn_) std::fprintf(stderr, "\r\033[K");
+  drawn_ = false;
+}
+
+}  // namespace ds41::cli

@@ -1,0 +1,35 @@
+#include "kernels/indexer_score.h"
+
+#include <algorithm>
+
+#include "kernels/numeric_formats.h"
+#include "kernels/simd_kernels.h"
+
+// Each fp32 product and sum rounds on its own, as in the reference's bf16/fp32 tensor ops.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace ds41 {
+
+void indexer_scores(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint16_t* keys,
+                    int64_t count, float* scores) {
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return kt->indexer_scores(q, w, n_heads, head_dim, keys, count, scores);
+  for (int64_t t = 0; t < count; ++t) {
+    float acc = 0.f;
+    for (int h = 0; h < n_heads; ++h) {
+      const uint16_t* qv = q + int64_t(h) * head_dim;
+      const uint16_t* kv = keys + t * head_dim;
+      float dot = 0.f;
+      for (int64_t d = 0; d < head_dim; ++d) dot += bf16_to_f32(qv[d]) * bf16_to_f32(kv[d]);
+      const float r = std::max(round_bf16(dot), 0.f);
+      acc += round_bf16(r * bf16_to_f32(w[h]));
+    }
+    scores[t] = round_bf16(acc);
+  }
+}
+
+}  // namespace ds41

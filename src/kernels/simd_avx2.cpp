@@ -1,0 +1,54 @@
+// The AVX2 + FMA + F16C kernel table: simd_gemm.inc compiled for this ISA. Only the functions defined below the
+// target pragma carry the ISA; everything included above it (standard library, shared headers)
+// is compiled for the baseline, so no out-of-line copy with avx2 instructions can be picked up
+// by code that runs on other CPUs. Called only after simd_level_supported() checked the CPU.
+#include "kernels/simd_kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
+#include "kernels/sparse_attention.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#endif
+
+namespace ds41::simd::avx2 {
+#define DS41_SIMD_LEVEL SimdLevel::Avx2
+#define DS41_SIMD_VNNI 0
+#define DS41_SIMD_REGS 16
+#include "kernels/simd_gemm.inc"
+#include "kernels/simd_attention.inc"
+#include "kernels/simd_peak.inc"
+
+extern const KernelTable kTable;
+const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,
+                            fp8_kernel,         fp4_kernel,      act_quant_row_simd,
+                            prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
+                            indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
+                            mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd};
+#undef DS41_SIMD_REGS
+#undef DS41_SIMD_VNNI
+#undef DS41_SIMD_LEVEL
+}  // namespace ds41::simd::avx2
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif

@@ -1,0 +1,96 @@
+// Internal to src/kernels: the table of SIMD kernels behind the public kernel functions (gemm.h,
+// ...). Each ISA level (simd_level.h) has one table, built from the same source
+// (simd_gemm.inc) compiled for that ISA; the public functions fall back to their portable scalar
+// paths when simd_level() is Scalar. Every kernel here computes each output element with exactly
+// the arithmetic its scalar twin documents, so results are bit-identical at every level.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/gemm.h"
+#include "kernels/simd_level.h"
+
+namespace ds41::simd {
+
+// Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
+struct Fp8Activations {
+  // E4M3 activation values as fp32 (the kernels decode weights as w * 2^-8; products are exact).
+  const float* values;     // [rows][K]
+  const float* scales;     // [rows][K/32] act_quant scales (powers of two)
+  const uint8_t* codes;    // [rows][K] the E4M3 codes (for the scalar fallback)
+  const uint8_t* special;  // [rows] 1 = the row holds a NaN code or a non-finite scale
+  int64_t K;
+};
+
+// Activations of an FP4-weight GEMM, prepared for 8-bit integer dot products: each E4M3 value
+// times 2^9 is an integer a9 with |a9| <= 448 * 2^9 < 2^18, split as a9 = c0 + 2^7 c1 + 2^14 c2
+// with c0, c1 in [0, 127] and c2 in [-15, 14] (all int8). Per 32-block the three chunk planes
+// are stored in the order the weight decoder produces: position i < 16 holds k = 2i, position
+// 16 + i holds k = 2i + 1 (low nibbles, then high nibbles of the 16 weight bytes).
+struct Fp4Activations {
+  const int8_t* chunks;    // [rows][K/32][3][32]
+  const int32_t* offsets;  // [rows][K/32] 12 * sum of the block's a9 (weights carry +12, below)
+  const float* scales;     // [rows][K/32] act_quant scale * 2^-10 (exact: scales are >= 2^-22)
+  const uint8_t* codes;    // [rows][K]
+  const float* raw_scales; // [rows][K/32] act_quant scales (for the scalar fallback)
+  const uint8_t* special;  // [rows]
+  int64_t K;
+};
+
+// Where a dense kernel writes y[m, n] (one of the two is set).
+struct DenseOutput {
+  float* f32;
+  uint16_t* bf16;
+  int64_t stride;
+};
+
+struct KernelTable {
+  SimdLevel level;
+  // Dense linears (gemm.h, "BF16 / FP32 linears"): y[m, n] for m < M, n in [n0, n1), x given as
+  // the exact double widening of the activations, [M][K].
+  void (*dense_bf16w)(const double* x, int64_t M, const uint16_t* W, int64_t K, int64_t n0,
+                      int64_t n1, const DenseOutput& y);
+  void (*dense_f32w)(const double* x, int64_t M, const float* W, int64_t K, int64_t n0, int64_t n1,
+                     const DenseOutput& y);
+  // Block-scaled GEMMs (gemm.h, §3.3): bf16 y[m * y_stride + n] for m < M, n in [n0, n1).
+  void (*fp8)(const Fp8Activations& x, int64_t M, const Fp8Matrix& W, int64_t n0, int64_t n1,
+              uint16_t* y, int64_t y_stride);
+  void (*fp4)(const Fp4Activations& x, int64_t M, const Fp4Matrix& W, int64_t n0, int64_t n1,
+              uint16_t* y, int64_t y_stride);
+  // act_quant_row (quant.h) for K % 32 == 0, bit for bit; returns false if a block was not
+  // finite (such blocks are computed by the scalar act_quant_row).
+  bool (*act_quant_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* scales);
+  // One row of Fp8Activations / Fp4Activations from bf16 x (K % 32 == 0).
+  void (*prepare_fp8_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* scales, float* values,
+                          uint8_t* special);
+  void (*prepare_fp4_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* raw_scales, int8_t* chunks,
+                          int32_t* offsets, float* scales, uint8_t* special);
+  // sparse_attention_row (sparse_attention.h) without the caller's scratch (the kernel keeps its
+  // own per thread).
+  void (*sparse_attention_row)(const uint16_t* q, int H, int64_t Dh, const uint16_t* const* kv_rows, int n,
+                               const float* attn_sink, float softmax_scale, uint16_t* out);
+  // indexer_scores (indexer_score.h).
+  void (*indexer_scores)(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint16_t* keys,
+                         int64_t count, float* scores);
+  // The double dot products of hc_mixes (hyper_connection.h) before the rounding and the rms
+  // factor: dots[k] = sum_t fn[k][t] * X[t] in the twin's order.
+  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn, int nmix, double* dots);
+  // `iterations` rounds of independent fp32 FMA chains at the widest vectors of the level;
+  // returns the flops done (2 per lane per FMA). The result lands in *sink (keeps it live).
+  double (*fma_peak)(int64_t iterations, float* sink);
+  // Cache rows to bf16 (quant.h), K already validated.
+  void (*mxfp4_dequant_row)(const uint8_t* packed, const uint8_t* e8m0, int64_t K, uint16_t* out);
+  void (*nvfp4_dequant_row)(const uint8_t* packed, const uint8_t* e4m3_scales, int64_t K, uint16_t* out);
+  void (*fp8_dequant_row)(const uint8_t* codes, const uint8_t* e8m0, int64_t K, uint16_t* out);
+};
+
+// The table of a level; nullptr for Scalar (or a level this build does not carry).
+const KernelTable* kernel_table(SimdLevel level);
+inline const KernelTable* active_kernels() { return kernel_table(simd_level()); }
+
+// Scalar arithmetic of one output element, shared by every level for the rows the SIMD paths
+// leave to it (NaN codes, non-finite scales): exactly the twins' §3.3 order.
+uint16_t fp8_element_scalar(const uint8_t* codes, const float* scales, const Fp8Matrix& W, int64_t n);
+uint16_t fp4_element_scalar(const uint8_t* codes, const float* scales, const Fp4Matrix& W, int64_t n);
+
+}  // namespace ds41::simd

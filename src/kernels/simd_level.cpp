@@ -1,0 +1,98 @@
+#include "kernels/simd_level.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "base/error.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
+namespace ds41 {
+namespace {
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// XCR0: which register states the OS saves on context switches (AVX and AVX-512 need both the
+// CPU feature and the OS enabling its state).
+uint64_t read_xcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+#endif
+
+SimdLevel detect_supported() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return SimdLevel::Scalar;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12), f16c = c & (1u << 29);
+  if (!osxsave || !avx || !fma || !f16c) return SimdLevel::Scalar;
+  const uint64_t xcr0 = read_xcr0();
+  if ((xcr0 & 0x6) != 0x6) return SimdLevel::Scalar;  // XMM and YMM state
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return SimdLevel::Scalar;
+  const bool avx2 = b & (1u << 5), bmi1 = b & (1u << 3), bmi2 = b & (1u << 8);
+  if (!avx2 || !bmi1 || !bmi2) return SimdLevel::Scalar;
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31)) &&  // F DQ BW VL
+                      (c & (1u << 11)) &&                                                            // VNNI
+                      (xcr0 & 0xe0) == 0xe0;  // opmask and ZMM state
+  return avx512 ? SimdLevel::Avx512 : SimdLevel::Avx2;
+#else
+  return SimdLevel::Scalar;
+#endif
+}
+
+constexpr int kUnset = -1;
+std::atomic<int> g_level{kUnset};
+
+SimdLevel cap(SimdLevel level) {
+  const SimdLevel top = simd_level_supported();
+  return static_cast<int>(level) > static_cast<int>(top) ? top : level;
+}
+
+}  // namespace
+
+SimdLevel simd_level_supported() {
+  static const SimdLevel supported = detect_supported();
+  return supported;
+}
+
+SimdLevel simd_level() {
+  int level = g_level.load(std::memory_order_relaxed);
+  if (level != kUnset) return static_cast<SimdLevel>(level);
+  SimdLevel chosen = simd_level_supported();
+  if (const char* env = std::getenv("DS41_SIMD"); env && *env && std::string_view(env) != "auto") {
+    const std::optional<SimdLevel> parsed = parse_simd_level(env);
+    if (!parsed)
+      throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx512 or auto)");
+    chosen = cap(*parsed);
+  }
+  g_level.store(static_cast<int>(chosen), std::memory_order_relaxed);
+  return chosen;
+}
+
+SimdLevel set_simd_level(SimdLevel level) {
+  const SimdLevel chosen = cap(level);
+  g_level.store(static_cast<int>(chosen), std::memory_order_relaxed);
+  return chosen;
+}
+
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::Scalar: return "scalar";
+    case SimdLevel::Avx2: return "avx2";
+    case SimdLevel::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+std::optional<SimdLevel> parse_simd_level(std::string_view name) {
+  if (name == "scalar") return SimdLevel::Scalar;
+  if (name == "avx2") return SimdLevel::Avx2;
+  if (name == "avx512") return SimdLevel::Avx512;
+  return std::nullopt;
+}
+
+}  // namespace ds41

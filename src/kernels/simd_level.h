@@ -1,0 +1,43 @@
+// Runtime choice of the CPU kernels (issue #10). Every kernel has a portable scalar path (the
+// twin the SIMD paths are tested against, bit for bit); on x86-64 the engine also carries AVX2
+// and AVX-512 versions, compiled with per-function target attributes, and picks the best one the
+// running CPU supports. The choice never changes a result — only the speed — so it can be forced
+// lower for comparisons: environment variable DS41_SIMD=scalar|avx2|avx512 (the default is the
+// best supported), or set_simd_level() in tests and `ds41 bench`.
+//
+//   avx2    AVX2 + FMA + F16C (Haswell, Zen 1 and later)
+//   avx512  AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Cascade Lake, Zen 4 and later); the kernels use
+//           256-bit vectors with the AVX-512 instructions (VNNI dot products, 32 registers)
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace ds41 {
+
+enum class SimdLevel : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+// The best level this CPU and this build can run.
+SimdLevel simd_level_supported();
+// The level kernels use now: DS41_SIMD or set_simd_level(), never above simd_level_supported().
+// An unknown DS41_SIMD value throws ds41::Error on first use.
+SimdLevel simd_level();
+// Sets the active level (capped at the supported one); returns the level now in effect.
+SimdLevel set_simd_level(SimdLevel level);
+
+const char* simd_level_name(SimdLevel level);
+std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx512"
+
+// Sets a level for a scope and restores the previous one (tests, bench).
+class ScopedSimdLevel {
+ public:
+  explicit ScopedSimdLevel(SimdLevel level) : previous_(simd_level()) { set_simd_level(level); }
+  ~ScopedSimdLevel() { set_simd_level(previous_); }
+  ScopedSimdLevel(const ScopedSimdLevel&) = delete;
+  ScopedSimdLevel& operator=(const ScopedSimdLevel&) = delete;
+
+ private:
+  SimdLevel previous_;
+};
+
+}  // namespace ds41

@@ -1,0 +1,264 @@
+#include "runtime/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <sys/resource.h>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "kernels/gemm.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/simd_kernels.h"
+#include "runtime/sampler.h"
+
+namespace ds41 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+int64_t fp8_bytes(const Fp8Matrix& w) { return w.N * w.K + ((w.N + 31) / 32) * ((w.K + 31) / 32); }
+int64_t fp4_bytes(const Fp4Matrix& w) { return w.N * w.K / 2 + w.N * (w.K / 32); }
+int64_t fp8_macs(const Fp8Matrix& w) { return w.N * w.K; }
+int64_t fp4_macs(const Fp4Matrix& w) { return w.N * w.K; }
+
+}  // namespace
+
+double measure_triad_bandwidth(ThreadPool* pool, int64_t array_bytes, int repeats) {
+  const int64_t n = std::max<int64_t>(array_bytes / 8, 1024);
+  std::unique_ptr<double[]> a(new double[size_t(n)]), b(new double[size_t(n)]), c(new double[size_t(n)]);
+  // First touch by the threads that will use each part (page placement on NUMA machines).
+  parallel_for(pool, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      a[size_t(i)] = 0.0;
+      b[size_t(i)] = 1.0;
+      c[size_t(i)] = 2.0;
+    }
+  });
+  const int chunks = pool ? pool->size() : 1;
+  double best = 0.0;
+  for (int r = 0; r < std::max(repeats, 1); ++r) {
+    const double s = 3.0 + r;
+    const auto t0 = Clock::now();
+    parallel_for(pool, chunks, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const int64_t i0 = chunk_begin(n, chunks, ch), i1 = chunk_begin(n, chunks, ch + 1);
+        double* pa = a.get();
+        const double* pb = b.get();
+        const double* pc = c.get();
+        for (int64_t i = i0; i < i1; ++i) pa[i] = pb[i] + s * pc[i];
+      }
+    });
+    const double t = seconds_since(t0);
+    if (a[size_t(n / 2)] != 1.0 + s * 2.0) throw Error("bench: triad produced a wrong value");
+    best = std::max(best, 24.0 * double(n) / t);
+  }
+  return best;
+}
+
+double measure_fma_peak(ThreadPool* pool, double seconds) {
+  const simd::KernelTable* kt = simd::kernel_table(simd_level_supported());
+  const int threads = pool ? pool->size() : 1;
+  std::vector<float> sinks(size_t(threads) * 16);
+  auto run = [&](int64_t iterations) {
+    std::vector<double> flops(size_t(threads), 0.0);
+    const auto t0 = Clock::now();
+    parallel_for(pool, threads, [&](int64_t t0_, int64_t t1_) {
+      for (int64_t t = t0_; t < t1_; ++t) {
+        float* sink = &sinks[size_t(t) * 16];
+        if (kt) {
+          flops[size_t(t)] = kt->fma_peak(iterations, sink);
+        } else {  // portable loop: 8 independent multiply-add chains
+          float acc[8] = {0, 1e-3f, 2e-3f, 3e-3f, 4e-3f, 5e-3f, 6e-3f, 7e-3f};
+          for (int64_t it = 0; it < iterations; ++it)
+            for (float& v : acc) v = v * 0.999999f + 1e-7f;
+          *sink = acc[0] + acc[7];
+          flops[size_t(t)] = 16.0 * double(iterations);
+        }
+      }
+    });
+    const double t = seconds_since(t0);
+    double total = 0;
+    for (double f : flops) total += f;
+    return std::pair<double, double>(total, t);
+  };
+  // Calibrate to about seconds / 3 per run, then best of three.
+  int64_t iterations = 1 << 16;
+  for (;;) {
+    auto [f, t] = run(iterations);
+    if (t > 0.02 || iterations > (int64_t(1) << 34)) {
+      iterations = std::max<int64_t>(1 << 16, int64_t(double(iterations) * (seconds / 3.0) / std::max(t, 1e-6)));
+      break;
+    }
+    iterations *= 4;
+  }
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    auto [f, t] = run(iterations);
+    best = std::max(best, f / t);
+  }
+  return best;
+}
+
+DecodeBytes decode_bytes_per_token(const Model& m, const std::vector<int>& experts_used, int64_t pos) {
+  const ModelConfig& c = m.config();
+  const ModelWeights& W = m.weights();
+  const int64_t D = c.dim, Dh = c.head_dim, IH = c.index_head_dim, hc = c.hc_mult;
+  const int64_t nmix = (2 + hc) * hc;
+  DecodeBytes b;
+  b.weights += D * 2 + D * 2 + c.vocab_size * D * 2;  // embedding row, final norm, head
+  for (const LayerPlan& lp : m.plan().layers) {
+    if (lp.is_dspark) continue;
+    const BlockWeights& w = W.blocks[size_t(lp.id)];
+    b.weights += 2 * D * 2 + 2 * (nmix * hc * D * 4 + (nmix + 3) * 4);  // norms, hc projections
+    b.weights += fp8_bytes(w.wq_a) + fp8_bytes(w.wq_b) + fp8_bytes(w.wkv) + fp8_bytes(w.wo_b);
+    b.weights += c.q_lora_rank * 2 + Dh * 2 + int64_t(c.n_heads) * 4;
+    b.weights += int64_t(c.o_groups) * c.o_lora_rank * (int64_t(c.n_heads) * Dh / c.o_groups) * 2;  // wo_a (bf16)
+    if (lp.kv_source) {
+      b.weights += (lp.ratio > 1 ? 2 * Dh * D * 4 : Dh * D * 2) + Dh * 2;
+      const bool emits = lp.ratio > 0 && (pos + 1) % lp.ratio == 0;
+      if (lp.owns_index_k && emits) b.weights += IH * Dh * 2 + IH * 2;
+    }
+    if (lp.index_source) b.weights += fp8_bytes(w.idx_wq_b) + int64_t(c.index_n_heads) * D * 2;
+    b.weights += int64_t(lp.routed_experts) * D * 2 + int64_t(lp.routed_experts) * 4;  // router
+    b.weights += fp8_bytes(w.shared.w1) + fp8_bytes(w.shared.w2) + fp8_bytes(w.shared.w3);
+    if (!w.experts.empty()) {
+      const ExpertWeights& e = w.experts[0];
+      const int used = size_t(lp.id) < experts_used.size() ? experts_used[size_t(lp.id)] : lp.activated_experts;
+      b.weights += int64_t(used) * (fp4_bytes(e.w1) + fp4_bytes(e.w2) + fp4_bytes(e.w3));
+    }
+    if (lp.engram) {
+      const int64_t HD = c.engram_head_dim, cols = HD > 0 ? w.engram_wkv.K / HD : 0;
+      b.weights += fp8_bytes(w.engram_wkv) + 2 * hc * D * 2 + cols * (HD + HD / 32);
+    }
+    // KV read by this token.
+    b.kv += std::min<int64_t>(pos + 1, c.window_size) * (Dh + Dh / 32);
+    if (lp.ratio > 0) {
+      const int64_t visible = (pos + 1) / lp.ratio;
+      b.kv += std::min<int64_t>(visible, c.index_topk) * (Dh / 2 + Dh / 16);
+      if (lp.index_source) b.kv += visible * (IH / 2 + IH / 32);
+    }
+  }
+  return b;
+}
+
+int64_t quantized_macs_per_token(const Model& m) {
+  const ModelWeights& W = m.weights();
+  int64_t macs = 0;
+  for (const LayerPlan& lp : m.plan().layers) {
+    if (lp.is_dspark) continue;
+    const BlockWeights& w = W.blocks[size_t(lp.id)];
+    macs += fp8_macs(w.wq_a) + fp8_macs(w.wq_b) + fp8_macs(w.wkv) + fp8_macs(w.wo_b);
+    if (lp.index_source) macs += fp8_macs(w.idx_wq_b);
+    macs += fp8_macs(w.shared.w1) + fp8_macs(w.shared.w2) + fp8_macs(w.shared.w3);
+    if (!w.experts.empty())
+      macs += int64_t(lp.activated_experts) * (fp4_macs(w.experts[0].w1) + fp4_macs(w.experts[0].w2) + fp4_macs(w.experts[0].w3));
+    if (lp.engram) macs += fp8_macs(w.engram_wkv);
+  }
+  return macs;
+}
+
+PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, SequenceState& state, uint64_t seed) {
+  const ModelConfig& c = m.config();
+  if (tokens < 1) throw Error("bench: a prefill needs at least one token");
+  if (tokens > c.max_seq_len) throw Error("bench: prefill length " + std::to_string(tokens) + " exceeds the model's max_seq_len");
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> prompt(static_cast<size_t>(tokens));
+  for (auto& t : prompt) t = int32_t(rng() % uint64_t(c.vocab_size));
+  prompt[0] = int32_t(c.bos_token_id);
+  state = m.new_sequence();
+  reserve_sequence(state, c, m.plan(), std::min<int64_t>(c.max_seq_len, tokens + 256));
+  std::vector<float> logits;
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = Clock::now();
+  m.forward_into(logits, state, prompt, ForwardOptions{}, pool);
+  return {tokens, seconds_since(t0), process_cpu_seconds() - cpu0};
+}
+
+DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool) {
+  const ModelConfig& c = m.config();
+  DecodeFigure f;
+  f.context = state.pos;
+  steps = std::min<int64_t>(steps, c.max_seq_len - state.pos);
+  if (steps <= 0) return f;
+  reserve_sequence(state, c, m.plan(), state.pos + steps);
+  std::vector<int> used(m.plan().layers.size(), 0);
+  ForwardHooks hooks;
+  hooks.on_experts = [&](int layer, int, const int32_t* ids, int k) {
+    int distinct = 0;
+    for (int i = 0; i < k; ++i) distinct += std::find(ids, ids + i, ids[i]) == ids + i;
+    used[size_t(layer)] = distinct;
+  };
+  std::vector<float> logits;
+  std::vector<int32_t> token{int32_t(c.bos_token_id)};
+  DecodeBytes sum;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t pos = state.pos;
+    const double cpu0 = process_cpu_seconds();
+    const auto t0 = Clock::now();
+    m.forward_into(logits, state, token, ForwardOptions{}, pool, &hooks);
+    token[0] = argmax_token(logits.data(), c.vocab_size);
+    f.seconds += seconds_since(t0);
+    f.cpu_seconds += process_cpu_seconds() - cpu0;
+    const DecodeBytes b = decode_bytes_per_token(m, used, pos);
+    sum.weights += b.weights;
+    sum.kv += b.kv;
+  }
+  f.steps = steps;
+  f.bytes.weights = sum.weights / steps;
+  f.bytes.kv = sum.kv / steps;
+  return f;
+}
+
+GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool) {
+  GemmFigure g;
+  g.rows = rows;
+  const LayerPlan* lp = nullptr;
+  for (const LayerPlan& l : m.plan().layers)
+    if (!l.is_dspark && !m.weights().blocks[size_t(l.id)].experts.empty()) {
+      lp = &l;
+      break;
+    }
+  if (!lp || rows < 1) return g;
+  const BlockWeights& w = m.weights().blocks[size_t(lp->id)];
+  std::vector<const Fp8Matrix*> fp8 = {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.shared.w1, &w.shared.w2, &w.shared.w3};
+  std::vector<const Fp4Matrix*> fp4 = {&w.experts[0].w1, &w.experts[0].w2, &w.experts[0].w3};
+  int64_t max_k = 0, max_n = 0;
+  for (auto* x : fp8) max_k = std::max(max_k, x->K), max_n = std::max(max_n, x->N);
+  for (auto* x : fp4) max_k = std::max(max_k, x->K), max_n = std::max(max_n, x->N);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> x(static_cast<size_t>(rows * max_k)), y(static_cast<size_t>(rows * max_n));
+  for (auto& v : x) v = f32_to_bf16(normal(rng));
+  // One untimed pass (scratch buffers, first touch of the weights), then the timed one; the
+  // routed experts count k times per token, as in a prefill.
+  for (int pass = 0; pass < 2; ++pass) {
+    double flops = 0, seconds = 0;
+    for (auto* mat : fp8) {
+      const auto t0 = Clock::now();
+      linear_fp8(x.data(), rows, *mat, y.data(), pool);
+      seconds += seconds_since(t0);
+      flops += 2.0 * double(rows) * double(mat->N) * double(mat->K);
+    }
+    for (int e = 0; e < lp->activated_experts; ++e)
+      for (auto* mat : fp4) {
+        const auto t0 = Clock::now();
+        linear_fp4(x.data(), rows, *mat, y.data(), pool);
+        seconds += seconds_since(t0);
+        flops += 2.0 * double(rows) * double(mat->N) * double(mat->K);
+      }
+    g.flops = flops;
+    g.seconds = seconds;
+  }
+  return g;
+}
+
+}  // namespace ds41

@@ -1,0 +1,75 @@
+// `ds41 bench` measurements (issue #10): the machine's memory bandwidth and FMA peak, the
+// model's prefill and decode speed, the bytes a decoded token touches, and the efficiencies
+// that relate them:
+//   decode efficiency  = bytes per decoded token * decode tok/s / triad bandwidth
+//   prefill efficiency = quantized-GEMM flops per token * prefill tok/s / FMA peak
+// (the second is a lower bound: the prefill time also holds everything that is not a quantized
+// GEMM; bench_quantized_gemms measures the GEMMs alone at the model's shapes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace ds41 {
+
+class ThreadPool;
+
+// STREAM triad a[i] = b[i] + s * c[i] over three arrays of `array_bytes` each, split over the
+// pool's threads; best of `repeats`, in bytes/s counted the STREAM way (24 bytes per element:
+// the write-allocate read of a[] is not counted).
+double measure_triad_bandwidth(ThreadPool* pool, int64_t array_bytes, int repeats);
+
+// Peak fp32 FMA rate of the machine in flop/s: every thread of the pool runs independent FMA
+// chains at the widest SIMD level the CPU supports (the scalar level has no FMA to measure).
+double measure_fma_peak(ThreadPool* pool, double seconds);
+
+// Bytes one decoded token reads, from the layer plan and the weights: every weight the token
+// multiplies (attention, compressor, indexer, router, shared expert, the routed experts it
+// actually used, Engram rows, the head), plus the KV it reads (window ring, the compressed
+// entries it attends, the index keys it scores).
+struct DecodeBytes {
+  int64_t weights = 0;  // dense and quantized weights, scales, norms, hc projections, head
+  int64_t kv = 0;       // window ring + compressed KV + index keys
+  int64_t total() const { return weights + kv; }
+};
+// `experts_used[layer]` = distinct routed experts the token used at that layer; `pos` = the
+// position of the decoded token (its context length).
+DecodeBytes decode_bytes_per_token(const Model& m, const std::vector<int>& experts_used, int64_t pos);
+
+// Multiply-adds of the FP8/FP4 GEMMs per token of a prefill (activated experts included).
+int64_t quantized_macs_per_token(const Model& m);
+
+// seconds = wall time; cpu_seconds = CPU time of the process over the same span (all threads).
+// cpu_seconds / (seconds * threads) is the share of its cores the run actually got: 1 on a quiet
+// machine, lower when other work competes for the cores.
+struct PrefillFigure {
+  int64_t tokens = 0;
+  double seconds = 0, cpu_seconds = 0;
+  double tokens_per_s() const { return seconds > 0 ? double(tokens) / seconds : 0; }
+};
+struct DecodeFigure {
+  int64_t context = 0;  // tokens before the first timed step
+  int64_t steps = 0;
+  double seconds = 0, cpu_seconds = 0;
+  DecodeBytes bytes;    // mean per step
+  double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
+};
+
+// Prefill of `tokens` random tokens into a fresh sequence (left in `state` for decoding).
+PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, SequenceState& state, uint64_t seed);
+// `steps` greedy decode steps from `state` (its context is state.pos), with the bytes per step.
+DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool);
+
+// The model's FP8 and FP4 GEMMs alone at `rows` activation rows: flop/s of the whole set (each
+// shape weighted by its use per token), for prefill efficiency against the FMA peak.
+struct GemmFigure {
+  int64_t rows = 0;
+  double flops = 0, seconds = 0;
+  double flops_per_s() const { return seconds > 0 ? flops / seconds : 0; }
+};
+GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool);
+
+}  // namespace ds41

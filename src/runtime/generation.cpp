@@ -1,0 +1,122 @@
+#include "runtime/generation.h"
+
+#include <chrono>
+
+#include "base/error.h"
+
+namespace ds41 {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::ContextFull: return "context_full";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+Generation::Generation(const Model& model, SequenceState state, const Sampler& sampler, ThreadPool* pool,
+                       ForwardOptions forward)
+    : model_(model), state_(std::move(state)), sampler_(sampler), pool_(pool), forward_(forward) {
+  forward_.all_logits = false;
+}
+
+void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std::function<void(int64_t, int64_t)>& on_progress,
+                      const InputEmbeddings* inputs) {
+  if (chunk < 0) throw Error("prefill chunk must be >= 0");
+  if (inputs && inputs->token_types.size() != ids.size()) throw Error("feed: token types given for a different number of tokens");
+  std::vector<int32_t> all;
+  all.reserve(ids.size() + 1);
+  if (pending_) all.push_back(*pending_);
+  all.insert(all.end(), ids.begin(), ids.end());
+  const ModelConfig& c = model_.config();
+  for (int32_t id : all)
+    if (id < 0 || id >= c.vocab_size)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(c.vocab_size - 1) + ")");
+  if (state_.pos + int64_t(all.size()) > c.max_seq_len)
+    throw Error("the sequence would be " + std::to_string(state_.pos + int64_t(all.size())) +
+                " tokens long, more than the model's max_seq_len " + std::to_string(c.max_seq_len));
+  feed_start_ = now_s();
+  last_feed_ = GenerationStats{};
+  last_feed_.prompt_tokens = int64_t(all.size());
+  if (all.empty()) return;
+  // The pending token is text: it goes in front of the given inputs.
+  InputEmbeddings all_inputs;
+  if (inputs) {
+    all_inputs = *inputs;
+    if (pending_) all_inputs.token_types.insert(all_inputs.token_types.begin(), int8_t(TokenType::Text));
+  }
+  const size_t step = chunk > 0 ? size_t(chunk) : all.size();
+  for (size_t i = 0; i < all.size(); i += step) {
+    const size_t end = std::min(all.size(), i + step);
+    InputEmbeddings part;
+    if (inputs) part = all_inputs.slice(int64_t(i), int64_t(end), c.dim);
+    model_.forward_into(logits_, state_, std::vector<int32_t>(all.begin() + long(i), all.begin() + long(end)), forward_, pool_,
+                        nullptr, inputs ? &part : nullptr);
+    if (on_progress) on_progress(int64_t(end), int64_t(all.size()));
+  }
+  pending_.reset();
+  last_feed_.prefill_s = now_s() - feed_start_;
+}
+
+void Generation::commit_pending() {
+  if (!pending_) return;
+  const int32_t tok = *pending_;
+  pending_.reset();
+  step_token_[0] = tok;  // decode steps reuse this vector and logits_: no allocation
+  model_.forward_into(logits_, state_, step_token_, forward_, pool_);
+}
+
+std::optional<int32_t> Generation::next_token() {
+  if (logits_.empty()) throw Error("generate: nothing has been fed yet");
+  // The next token goes to position length(); it must fit the context to be fed later.
+  if (length() >= model_.config().max_seq_len) return std::nullopt;
+  commit_pending();  // the previous token has to go in before the next can be sampled
+  const int32_t tok = sampler_.sample(logits_.data(), model_.config().vocab_size, uint64_t(state_.pos), state_.token_history);
+  pending_ = tok;
+  return tok;
+}
+
+GenerationStats Generation::generate(const GenerationLimits& limits, const std::function<bool(int32_t)>& on_token) {
+  if (limits.max_tokens < 0) throw Error("max_tokens must be >= 0");
+  if (logits_.empty() && limits.max_tokens > 0) throw Error("generate: nothing has been fed yet");
+  GenerationStats st = last_feed_;
+  double first_token_at = 0;
+  st.finish = FinishReason::Length;
+  for (int64_t n = 0; n < limits.max_tokens; ++n) {
+    if (limits.cancel && limits.cancel->load()) {
+      st.finish = FinishReason::Cancelled;
+      break;
+    }
+    const std::optional<int32_t> next = next_token();
+    if (!next) {
+      st.finish = FinishReason::ContextFull;
+      break;
+    }
+    const int32_t tok = *next;
+    ++st.generated_tokens;
+    const double t = now_s();
+    if (n == 0) {
+      first_token_at = t;
+      st.time_to_first_token_s = t - feed_start_;
+    }
+    st.decode_s = t - first_token_at;
+    bool go_on = on_token ? on_token(tok) : true;
+    bool stop = false;
+    for (int32_t s : limits.stop_ids) stop |= s == tok;
+    if (stop || !go_on) {
+      st.finish = FinishReason::Stop;
+      break;
+    }
+  }
+  return st;
+}
+
+}  // namespace ds41

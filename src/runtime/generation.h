@@ -1,0 +1,95 @@
+// One sequence's generation loop over Model::forward: prefill (whole or chunked), then sample and
+// feed one token at a time until a stop token, the token budget, the context limit, or a
+// cancellation. Shared by `ds41 run`, `ds41 chat` and the server so that they stop, count and time
+// tokens the same way.
+//
+// A sampled token is *pending* until it is fed: the loop does not run a forward pass for the last
+// token it returns (nobody needs its logits), but `feed()` puts it in the sequence first, so a
+// conversation that continues after an answer sees every token the model produced, EOS included.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/sampler.h"
+
+namespace ds41 {
+
+class ThreadPool;
+
+enum class FinishReason { Stop, Length, ContextFull, Cancelled };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "context_full", "cancelled"
+
+struct GenerationLimits {
+  int64_t max_tokens = 256;            // tokens to generate (>= 0)
+  std::vector<int32_t> stop_ids;       // any of these ends the answer (it is returned, then counted)
+  const std::atomic<bool>* cancel = nullptr;  // checked between forward calls
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;     // fed by the last feed() (pending token included)
+  int64_t generated_tokens = 0;
+  double prefill_s = 0;          // the last feed()
+  double time_to_first_token_s = 0;  // feed() start → first token sampled
+  double decode_s = 0;           // first token sampled → last token sampled
+  FinishReason finish = FinishReason::Stop;
+  double prefill_tokens_per_s() const { return prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0; }
+  double decode_tokens_per_s() const {
+    return decode_s > 0 && generated_tokens > 1 ? double(generated_tokens - 1) / decode_s : 0;
+  }
+};
+
+class Generation {
+ public:
+  // `state` may already hold a sequence (a loaded session); `pool` may be null (inline).
+  Generation(const Model& model, SequenceState state, const Sampler& sampler, ThreadPool* pool,
+             ForwardOptions forward = {});
+
+  // Feeds the pending token (if any) and `ids`, in calls of at most `chunk` tokens (0 = one
+  // call). Throws ds41::Error, before running anything, if the sequence would pass max_seq_len.
+  // `on_progress(done, total)` is called after each chunk. `inputs` (optional) are the token types
+  // and image-span rows of `ids` (Model::forward's InputEmbeddings), cut along with the chunks.
+  void feed(const std::vector<int32_t>& ids, int64_t chunk = 0,
+            const std::function<void(int64_t, int64_t)>& on_progress = {}, const InputEmbeddings* inputs = nullptr);
+
+  // Samples up to limits.max_tokens tokens; `on_token(id)` sees each one as it is sampled and may
+  // return false to stop (finish = Stop). Needs logits: call feed() first. The sampling step of a
+  // token is its position in the sequence, so a seed gives the same tokens however the sequence
+  // was fed (chunks, sessions). Penalties see the sequence's tokens (prompt and generated).
+  GenerationStats generate(const GenerationLimits& limits, const std::function<bool(int32_t)>& on_token = {});
+
+  // One step of generate(): feeds the pending token, samples the next (it becomes pending).
+  // nullopt when the context is full.
+  std::optional<int32_t> next_token();
+
+  // Puts the pending token into the sequence (e.g. before saving a session).
+  void commit_pending();
+
+  const SequenceState& state() const { return state_; }
+  SequenceState& state() { return state_; }
+  std::optional<int32_t> pending() const { return pending_; }
+  // Positions the sequence has consumed plus the pending token.
+  int64_t length() const { return state_.pos + (pending_ ? 1 : 0); }
+  const std::vector<float>& last_logits() const { return logits_; }
+  // Prompt tokens and prefill time of the last feed().
+  const GenerationStats& last_feed_stats() const { return last_feed_; }
+
+ private:
+  const Model& model_;
+  SequenceState state_;
+  Sampler sampler_;
+  ThreadPool* pool_;
+  ForwardOptions forward_;
+  std::vector<float> logits_;
+  std::vector<int32_t> step_token_ = std::vector<int32_t>(1);
+  std::optional<int32_t> pending_;
+  GenerationStats last_feed_;
+  double feed_start_ = 0;
+};
+
+}  // namespace ds41

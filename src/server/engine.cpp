@@ -1,0 +1,183 @@
+#include "server/engine.h"
+
+#include <chrono>
+
+#include "base/error.h"
+
+namespace ds41 {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void observe(std::atomic<int64_t>* counts, std::atomic<double>& sum, std::atomic<int64_t>& n, double v) {
+  for (int i = 0; i < EngineMetrics::kBuckets; ++i)
+    if (v <= EngineMetrics::kBounds[i]) ++counts[i];
+  ++counts[EngineMetrics::kBuckets];  // +Inf
+  sum.fetch_add(v);
+  ++n;
+}
+}  // namespace
+
+void EngineMetrics::observe_ttft(double s) { observe(ttft_counts, ttft_sum, ttft_n, s); }
+void EngineMetrics::observe_tpot(double s) { observe(tpot_counts, tpot_sum, tpot_n, s); }
+
+bool RequestHandle::next(EngineEvent& ev, int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); })) return false;
+  ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void RequestHandle::push(EngineEvent ev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+}
+
+struct Engine::Slot {
+  EngineRequest req;
+  std::shared_ptr<RequestHandle> handle;
+  std::unique_ptr<Generation> gen;
+  size_t fed = 0;  // prompt tokens fed so far (cached prefix included)
+  int64_t generated = 0;
+  double submitted_at = 0, last_token_at = 0;
+};
+
+Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions opt)
+    : model_(model), pool_(pool), opt_(opt), prefix_cache_(opt.prefix_cache_bytes) {
+  if (opt_.max_batch < 1) throw Error("max batch must be >= 1");
+  if (opt_.prefill_chunk < 1) throw Error("prefill chunk must be >= 1");
+  if (opt_.max_context <= 0 || opt_.max_context > model.config().max_seq_len) opt_.max_context = model.config().max_seq_len;
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
+  const ModelConfig& c = model_.config();
+  if (req.prompt.empty()) throw Error("the prompt is empty");
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= c.vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
+  if (int64_t(req.prompt.size()) >= opt_.max_context)
+    throw Error("the prompt is " + std::to_string(req.prompt.size()) + " tokens; the context is " +
+                std::to_string(opt_.max_context) + " tokens");
+  if (req.max_tokens < 0) throw Error("max_tokens must be >= 0");
+  req.max_tokens = std::min(req.max_tokens, opt_.max_context - int64_t(req.prompt.size()));
+  Sampler check(req.sampling);  // throws on invalid options
+  (void)check;
+  auto h = std::make_shared<RequestHandle>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(req), h);
+    ++metrics_.requests;
+    metrics_.waiting = int(queue_.size());
+  }
+  cv_.notify_all();
+  return h;
+}
+
+void Engine::run() {
+  std::vector<std::unique_ptr<Slot>> active;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active.empty(); });
+      if (stop_) break;
+      while (int(active.size()) < opt_.max_batch && !queue_.empty()) {
+        auto s = std::make_unique<Slot>();
+        s->req = std::move(queue_.front().first);
+        s->handle = std::move(queue_.front().second);
+        queue_.pop_front();
+        s->submitted_at = now_s();
+        active.push_back(std::move(s));
+      }
+      metrics_.waiting = int(queue_.size());
+    }
+    metrics_.active = int(active.size());
+    ++metrics_.steps;
+    metrics_.step_rows += int64_t(active.size());
+    for (size_t i = 0; i < active.size();) {
+      bool keep = false;
+      try {
+        keep = step(*active[i]);
+      } catch (const std::exception& e) {
+        ++metrics_.requests_failed;
+        active[i]->handle->push({EngineEvent::Kind::Error, -1, FinishReason::Stop, e.what()});
+      }
+      if (keep) ++i;
+      else active.erase(active.begin() + long(i));
+    }
+  }
+  for (auto& s : active) s->handle->push({EngineEvent::Kind::Error, -1, FinishReason::Stop, "the server is shutting down"});
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& q : queue_) q.second->push({EngineEvent::Kind::Error, -1, FinishReason::Stop, "the server is shutting down"});
+}
+
+bool Engine::step(Slot& s) {
+  RequestHandle& h = *s.handle;
+  auto finish = [&](FinishReason r) {
+    if (r == FinishReason::Cancelled) ++metrics_.requests_cancelled;
+    else ++metrics_.requests_finished;
+    h.push({EngineEvent::Kind::Done, -1, r, {}});
+    return false;
+  };
+  if (h.cancelled()) return finish(FinishReason::Cancelled);
+  const std::vector<int32_t>& prompt = s.req.prompt;
+  if (!s.gen) {
+    // Admission: start from the longest cached prefix, if any.
+    std::optional<SequenceState> cached = prefix_cache_.lookup(prompt);
+    ++metrics_.prefix_lookups;
+    if (cached) {
+      ++metrics_.prefix_hits;
+      s.fed = size_t(cached->pos);
+      metrics_.cached_prompt_tokens += cached->pos;
+    }
+    h.cached_tokens = int64_t(s.fed);
+    h.prompt_tokens = int64_t(prompt.size());
+    h.queued_s = now_s() - s.submitted_at;
+    metrics_.prompt_tokens += int64_t(prompt.size());
+    s.gen = std::make_unique<Generation>(model_, cached ? std::move(*cached) : model_.new_sequence(), Sampler(s.req.sampling), pool_);
+  }
+  if (s.fed < prompt.size()) {
+    // One prefill chunk, cut at the cache boundary so the state there can be saved.
+    size_t end = std::min(prompt.size(), s.fed + size_t(opt_.prefill_chunk));
+    const size_t boundary = size_t(s.req.cache_prefix_at);
+    if (boundary > s.fed && boundary < end) end = boundary;
+    s.gen->feed(std::vector<int32_t>(prompt.begin() + long(s.fed), prompt.begin() + long(end)));
+    s.fed = end;
+    if (s.fed == boundary && boundary > 0) prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.gen->state());
+    return true;
+  }
+  if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);
+  const std::optional<int32_t> tok = s.gen->next_token();
+  if (!tok) return finish(FinishReason::ContextFull);
+  const double t = now_s();
+  if (s.generated == 0) {
+    h.ttft_s = t - s.submitted_at;
+    metrics_.observe_ttft(t - s.submitted_at);
+  } else {
+    metrics_.observe_tpot(t - s.last_token_at);
+  }
+  s.last_token_at = t;
+  ++s.generated;
+  ++metrics_.generated_tokens;
+  h.push({EngineEvent::Kind::Token, *tok, FinishReason::Stop, {}});
+  for (int32_t stop : s.req.stop_ids)
+    if (*tok == stop) return finish(FinishReason::Stop);
+  if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);
+  return true;
+}
+
+}  // namespace ds41

@@ -1,0 +1,124 @@
+// The serving engine: one thread that owns the model and runs every active request a step at a
+// time — a prefill chunk or one decoded token — so new requests join between steps and a long
+// prompt never stalls the others for more than one chunk (continuous batching, token level).
+// Requests are token ids in, token ids out; text, prompts and parsing live in the HTTP layer.
+//
+// Outputs do not depend on what else is running: every request has its own sequence state and
+// sampler (draws keyed by seed and position), and the forward pass is row-independent.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/generation.h"
+#include "runtime/sampler.h"
+#include "server/prefix_cache.h"
+
+namespace ds41 {
+
+class ThreadPool;
+
+struct EngineOptions {
+  int max_batch = 8;                   // requests decoded concurrently; more wait in a queue
+  int64_t prefill_chunk = 256;         // prompt tokens per step of one request
+  int64_t prefix_cache_bytes = int64_t(1) << 30;
+  int64_t max_context = 0;             // prompt + answer tokens per request (0 = the model's max_seq_len)
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;
+  SamplerOptions sampling;
+  int64_t max_tokens = 256;
+  std::vector<int32_t> stop_ids;
+  // Prompt length at which the state is saved in the prefix cache (0 = no save): the caller
+  // picks a boundary a follow-up request will share (e.g. before the last assistant header).
+  int64_t cache_prefix_at = 0;
+};
+
+struct EngineEvent {
+  enum class Kind { Token, Done, Error } kind = Kind::Token;
+  int32_t token = -1;
+  FinishReason finish = FinishReason::Stop;
+  std::string error;
+};
+
+// The request's side of the conversation with the engine; shared by the HTTP handler and the
+// engine thread.
+class RequestHandle {
+ public:
+  // Blocks until an event arrives (or `timeout_ms` passes: returns false).
+  bool next(EngineEvent& ev, int timeout_ms);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // Filled by the engine before the first token event.
+  std::atomic<int64_t> prompt_tokens{0};
+  std::atomic<int64_t> cached_tokens{0};  // prompt tokens served from the prefix cache
+  std::atomic<double> queued_s{0}, ttft_s{0};
+
+ private:
+  friend class Engine;
+  void push(EngineEvent ev);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<EngineEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineMetrics {
+  std::atomic<int64_t> requests{0}, requests_finished{0}, requests_cancelled{0}, requests_failed{0};
+  std::atomic<int64_t> prompt_tokens{0}, generated_tokens{0}, cached_prompt_tokens{0};
+  std::atomic<int64_t> prefix_hits{0}, prefix_lookups{0};
+  std::atomic<int> active{0}, waiting{0};
+  // Histograms (cumulative Prometheus buckets) of time to first token and time per output token.
+  static constexpr int kBuckets = 12;
+  static constexpr double kBounds[kBuckets] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  std::atomic<int64_t> ttft_counts[kBuckets + 1]{}, tpot_counts[kBuckets + 1]{};
+  std::atomic<double> ttft_sum{0}, tpot_sum{0};
+  std::atomic<int64_t> ttft_n{0}, tpot_n{0};
+  std::atomic<int64_t> steps{0}, step_rows{0};  // engine steps and requests served per step
+  void observe_ttft(double s);
+  void observe_tpot(double s);
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, ThreadPool* pool, EngineOptions opt);
+  ~Engine();  // stops the thread; unfinished requests get an error event
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates (token range, context length, sampling options) and queues the request; throws
+  // ds41::Error for a request that cannot run.
+  std::shared_ptr<RequestHandle> submit(EngineRequest req);
+
+  const EngineMetrics& metrics() const { return metrics_; }
+  const Model& model() const { return model_; }
+  const EngineOptions& options() const { return opt_; }
+
+ private:
+  struct Slot;
+  void run();
+  bool step(Slot& s);  // false when the slot is finished
+
+  const Model& model_;
+  ThreadPool* pool_;
+  EngineOptions opt_;
+  EngineMetrics metrics_;
+  PrefixCache prefix_cache_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<EngineRequest, std::shared_ptr<RequestHandle>>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ds41

@@ -1,0 +1,45 @@
+// Turns a generation's deltas into each API's wire format: one JSON body at the end, or a
+// stream of Server-Sent Events (OpenAI chunks ending in `data: [DONE]`; Anthropic's typed
+// message_start / content_block_* / message_delta / message_stop events).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_request.h"
+#include "server/text_side.h"
+
+namespace ds41 {
+
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+// How the answer ended, in API-neutral terms.
+enum class EndReason { Eos, StopSequence, Length, ToolCalls, Cancelled };
+
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  // Streaming: the text to send now (may be empty). Non-streaming: accumulates, returns "".
+  virtual std::string start(const Usage& u) = 0;
+  virtual std::string delta(const ReplyDelta& d) = 0;
+  virtual std::string finish(EndReason why, const std::string& stop_sequence, const Usage& u) = 0;
+  // Non-streaming: the whole JSON body (after finish).
+  virtual nlohmann::json body() const = 0;
+  // A failure after the stream started, as an event the client can read.
+  virtual std::string stream_error(const std::string& message) = 0;
+};
+
+// `id` is the response id ("chatcmpl-…", "cmpl-…", "msg_…"), `created` seconds since the epoch.
+std::unique_ptr<ResponseWriter> make_response_writer(const ApiRequest& r, const std::string& id,
+                                                     const std::string& model_name, int64_t created);
+
+// The error body of each API for a non-streamed error.
+nlohmann::json error_body(ApiKind kind, int status, const std::string& type, const std::string& message,
+                          const std::string& param);
+
+}  // namespace ds41

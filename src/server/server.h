@@ -1,0 +1,43 @@
+// `ds41 serve`: the HTTP front end (cpp-httplib) over the engine — OpenAI chat completions and
+// completions, Anthropic messages, model list, health and Prometheus metrics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "server/api_request.h"
+
+namespace ds41 {
+
+class Engine;
+class TextSide;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;     // non-empty: every /v1 request needs "Authorization: Bearer <key>" (or x-api-key)
+  std::string model_name;  // what /v1/models lists and responses carry
+  ApiDefaults defaults;
+  int64_t max_body_bytes = int64_t(64) << 20;
+  int http_threads = 64;   // connections handled concurrently (each waits on its own request)
+};
+
+class Server {
+ public:
+  Server(Engine& engine, const TextSide& text, ServerOptions opt);
+  ~Server();
+  // Binds and serves until stop(); returns false (with `error`) if the address cannot be bound.
+  bool listen(std::string& error);
+  // Binds to an ephemeral port first (for tests): returns the port, or -1.
+  int bind_any_port();
+  bool listen_after_bind();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ds41

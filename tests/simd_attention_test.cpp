@@ -1,0 +1,269 @@
+// The SIMD attention-side kernels (kernels/simd_attention.inc) against their scalar twins (the same
+// public functions at SimdLevel::Scalar), bit for bit, at every ISA level this CPU supports:
+// sparse attention with sink, indexer scores, hyper-connection mixes. Shapes cover head counts
+// that are not multiples of the vector width, odd head dimensions, block boundaries of the
+// online softmax (63/64/65 rows), invalid rows and empty inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/hyper_connection.h"
+#include "kernels/indexer_score.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
+#include "kernels/simd_level.h"
+#include "kernels/sparse_attention.h"
+
+namespace ds41 {
+namespace {
+
+std::vector<SimdLevel> simd_levels() {
+  std::vector<SimdLevel> out;
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512})
+    if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
+  return out;
+}
+
+std::vector<uint16_t> random_bf16(std::mt19937& rng, int64_t n, float sigma) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = f32_to_bf16(dist(rng));
+  return v;
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+struct AttnCase {
+  int H;
+  int64_t Dh;
+  int n;
+  float sigma;  // of q and k: large values make exp underflow for most rows
+};
+
+std::vector<uint16_t> attention(const std::vector<uint16_t>& q, int H, int64_t Dh,
+                                const std::vector<const uint16_t*>& rows, const std::vector<float>& sink) {
+  std::vector<uint16_t> out(static_cast<size_t>(H * Dh), 0xdead);
+  std::vector<float> scratch(static_cast<size_t>(sparse_attention_scratch_floats(Dh)));
+  sparse_attention_row(q.data(), H, Dh, rows.data(), int(rows.size()), sink.data(), float(std::pow(double(Dh), -0.5)),
+                       out.data(), scratch.data());
+  return out;
+}
+
+TEST(SimdAttention, SparseAttentionMatchesTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(11);
+  const AttnCase cases[] = {{1, 32, 1, 1.0f},  {3, 7, 5, 1.0f},   {4, 64, 63, 1.0f},  {8, 512, 64, 0.5f},
+                            {8, 512, 65, 4.0f}, {5, 100, 200, 1.0f}, {13, 33, 130, 2.0f}, {2, 16, 0, 1.0f},
+                            {8, 512, 256, 1.0f}};
+  for (const AttnCase& c : cases) {
+    const std::vector<uint16_t> q = random_bf16(rng, c.H * c.Dh, c.sigma);
+    const std::vector<uint16_t> kv = random_bf16(rng, int64_t(c.n) * c.Dh, c.sigma);
+    std::vector<const uint16_t*> rows;
+    std::uniform_int_distribution<int> pick(0, 9);
+    for (int j = 0; j < c.n; ++j) rows.push_back(pick(rng) == 0 ? nullptr : kv.data() + j * c.Dh);
+    std::vector<float> sink(static_cast<size_t>(c.H));
+    for (float& s : sink) s = std::normal_distribution<float>(0.0f, 2.0f)(rng);
+    std::vector<uint16_t> twin;
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      twin = attention(q, c.H, c.Dh, rows, sink);
+    }
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      EXPECT_TRUE(same_bits(attention(q, c.H, c.Dh, rows, sink), twin))
+          << simd_level_name(l) << " H=" << c.H << " Dh=" << c.Dh << " n=" << c.n;
+    }
+  }
+}
+
+// PV sums that round and then cancel: every row has the same logit (q only sees dim 0, where all
+// rows agree), and in the other dims rows alternate a big value B (2^20 times the small ones), a
+// small value and -B. The small values keep only the bits that survive next to B in the fp32
+// running sum, so the bf16 output shows the order in which the rows were summed.
+TEST(SimdAttention, SparseAttentionKeepsTheRowOrder) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(14);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int H = 2, n = 130;
+  const int64_t Dh = 40;
+  std::vector<uint16_t> q(static_cast<size_t>(H * Dh), 0);
+  q[0] = f32_to_bf16(1.0f);
+  q[size_t(Dh)] = f32_to_bf16(-0.5f);
+  std::vector<uint16_t> kv(static_cast<size_t>(n * Dh));
+  for (int64_t d = 0; d < Dh; ++d) {
+    float big = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      float v;
+      if (d == 0) v = 0.75f;
+      else if (j % 3 == 0) v = big = j + 2 < n ? round_bf16(normal(rng) * std::ldexp(1.0f, 20)) : normal(rng);
+      else if (j % 3 == 1) v = normal(rng);
+      else v = -big;
+      kv[size_t(j * Dh + d)] = f32_to_bf16(v);
+    }
+  }
+  std::vector<const uint16_t*> rows;
+  for (int j = 0; j < n; ++j) rows.push_back(kv.data() + j * Dh);
+  const std::vector<float> sink = {0.0f, 1.0f};
+  std::vector<uint16_t> twin;
+  {
+    ScopedSimdLevel scalar(SimdLevel::Scalar);
+    twin = attention(q, H, Dh, rows, sink);
+  }
+  for (SimdLevel l : levels) {
+    ScopedSimdLevel level(l);
+    EXPECT_TRUE(same_bits(attention(q, H, Dh, rows, sink), twin)) << simd_level_name(l);
+  }
+  // The construction is order-sensitive: the same rows in reverse give other bits.
+  std::vector<const uint16_t*> reversed(rows.rbegin(), rows.rend());
+  ScopedSimdLevel scalar(SimdLevel::Scalar);
+  EXPECT_FALSE(same_bits(attention(q, H, Dh, reversed, sink), twin));
+}
+
+TEST(SimdAttention, IndexerScoresMatchTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(12);
+  struct Case {
+    int NH;
+    int64_t IH, count;
+  };
+  const Case cases[] = {{1, 8, 1}, {4, 32, 5}, {8, 128, 100}, {9, 33, 7}, {32, 128, 37}, {4, 32, 0}, {17, 64, 64}};
+  for (const Case& c : cases) {
+    const std::vector<uint16_t> q = random_bf16(rng, c.NH * c.IH, 1.0f);
+    const std::vector<uint16_t> w = random_bf16(rng, c.NH, 0.3f);
+    std::vector<uint16_t> keys = random_bf16(rng, c.count * c.IH, 1.0f);
+    if (c.count > 3) {  // a zero key (every dot +0) and a NaN key
+      std::fill(keys.begin() + 2 * c.IH, keys.begin() + 3 * c.IH, uint16_t{0});
+      keys[size_t(3 * c.IH + 1)] = 0x7fc1;
+    }
+    std::vector<float> twin(static_cast<size_t>(c.count)), fast(static_cast<size_t>(c.count));
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      indexer_scores(q.data(), w.data(), c.NH, c.IH, keys.data(), c.count, twin.data());
+    }
+    if (c.count == 37) {  // order-sensitive variant: q rows alternate B (~2^16), small, -B; keys +-1
+      std::vector<uint16_t> qc(q.size()), kc(keys.size());
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (int h = 0; h < c.NH; ++h) {
+        float big = 0.0f;
+        for (int64_t d = 0; d < c.IH; ++d) {
+          float v = d % 3 == 0 ? (big = d + 2 < c.IH ? round_bf16(normal(rng) * 65536.0f) : normal(rng))
+                    : d % 3 == 1 ? normal(rng) : -big;
+          qc[size_t(h * c.IH + d)] = f32_to_bf16(v);
+        }
+      }
+      for (int64_t t = 0; t < c.count; ++t) {
+        const float sign = rng() % 2 ? -1.0f : 1.0f;  // keys +-1, the big terms still cancel
+        for (int64_t d = 0; d < c.IH; ++d) kc[size_t(t * c.IH + d)] = f32_to_bf16(d % 3 == 1 ? (rng() % 2 ? -1.0f : 1.0f) : sign);
+      }
+      std::vector<float> twin_c(twin.size()), fast_c(twin.size());
+      {
+        ScopedSimdLevel scalar(SimdLevel::Scalar);
+        indexer_scores(qc.data(), w.data(), c.NH, c.IH, kc.data(), c.count, twin_c.data());
+      }
+      for (SimdLevel l : levels) {
+        ScopedSimdLevel level(l);
+        indexer_scores(qc.data(), w.data(), c.NH, c.IH, kc.data(), c.count, fast_c.data());
+        EXPECT_TRUE(same_bits(fast_c, twin_c)) << simd_level_name(l) << " cancelling keys";
+      }
+    }
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      std::fill(fast.begin(), fast.end(), -1.0f);
+      indexer_scores(q.data(), w.data(), c.NH, c.IH, keys.data(), c.count, fast.data());
+      EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " NH=" << c.NH << " IH=" << c.IH << " count=" << c.count;
+    }
+  }
+}
+
+TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(13);
+  struct Case {
+    int hc;
+    int64_t D;
+  };
+  const Case cases[] = {{1, 1}, {2, 7}, {3, 64}, {4, 1024}, {5, 33}, {4, 130}};
+  for (const Case& c : cases) {
+    const int64_t n = c.hc * c.D;
+    const int nmix = hc_mix_count(c.hc);
+    // Stream values +-2^[-3, 3], so that the weight cancelling a big term exactly is representable.
+    std::vector<uint16_t> X(static_cast<size_t>(n));
+    std::uniform_int_distribution<int> e(-3, 3), sign(0, 1);
+    for (auto& x : X) x = f32_to_bf16(std::ldexp(sign(rng) ? -1.0f : 1.0f, e(rng)));
+    // Each projection row alternates a big weight B_t (~2^40), a normal one and -B_t: the normal
+    // terms keep only the bits that survive next to B in the double running sum, so the result
+    // shows the order in which each mix took its terms.
+    std::vector<float> fn(static_cast<size_t>(nmix * n));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int k = 0; k < nmix; ++k) {
+      float big = 0.0f;
+      for (int64_t t = 0; t < n; ++t) {
+        float& v = fn[size_t(k * n + t)];
+        switch ((t + k) % 3) {
+          case 0: v = big = t + 2 < n ? normal(rng) * std::ldexp(1.0f, 40) : normal(rng); break;
+          case 1: v = normal(rng); break;
+          default: v = -big * bf16_to_f32(X[size_t(t - 2)]) / bf16_to_f32(X[size_t(t)]); break;
+        }
+      }
+    }
+    std::vector<float> twin(static_cast<size_t>(nmix)), fast(static_cast<size_t>(nmix));
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, twin.data());
+    }
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, fast.data());
+      EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " hc=" << c.hc << " D=" << c.D;
+    }
+  }
+}
+
+// Cache dequantizers over every byte pattern: FP4 codes, E8M0 scales including 0 (2^-127, so
+// products are fp32 subnormals) and 255 (NaN), E4M3 scales including NaN, FP8 codes including NaN.
+TEST(SimdAttention, CacheDequantizersMatchTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(15);
+  const int64_t K = 32 * 64;
+  std::vector<uint8_t> packed(static_cast<size_t>(K / 2)), codes(static_cast<size_t>(K));
+  std::vector<uint8_t> e8m0(static_cast<size_t>(K / 32)), e4m3(static_cast<size_t>(K / 16));
+  for (auto& b : packed) b = uint8_t(rng());
+  for (auto& b : codes) b = uint8_t(rng());
+  for (size_t i = 0; i < e8m0.size(); ++i) e8m0[i] = i == 0 ? 0 : i == 1 ? 255 : i == 2 ? 1 : i == 3 ? 254 : uint8_t(rng());
+  for (size_t i = 0; i < e4m3.size(); ++i) e4m3[i] = i == 0 ? 0x7f : i == 1 ? 0 : i == 2 ? 0x80 : uint8_t(rng());
+  codes[5] = 0x7f;
+  codes[100] = 0xff;
+  using Fn = void (*)(const uint8_t*, const uint8_t*, int64_t, uint16_t*);
+  const std::pair<const char*, std::pair<Fn, const std::vector<uint8_t>*>> cases[] = {
+      {"mxfp4", {&mxfp4_dequant_row, &e8m0}}, {"nvfp4", {&nvfp4_dequant_row, &e4m3}}, {"fp8", {&fp8_dequant_row, &e8m0}}};
+  for (const auto& [name, c] : cases) {
+    const uint8_t* data = std::string(name) == "fp8" ? codes.data() : packed.data();
+    std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      c.first(data, c.second->data(), K, twin.data());
+    }
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
+      c.first(data, c.second->data(), K, fast.data());
+      EXPECT_TRUE(same_bits(fast, twin)) << name << " " << simd_level_name(l);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ds41

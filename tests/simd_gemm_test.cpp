@@ -1,0 +1,347 @@
+// The SIMD linear layers (kernels/simd_gemm.inc) against their scalar twins, bit for bit, at every
+// ISA level this CPU supports, over random shapes with ragged tails: K not a multiple of the
+// 4-lane chunk or the 16-wide decode (dense), block counts not multiples of the 4- or 8-block
+// reductions (FP8/FP4), odd N, M = 1 (decode) and M > 1 (prefill tiles), plus the NaN rows the
+// kernels hand to the scalar arithmetic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/gemm.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/quant.h"
+#include "kernels/simd_kernels.h"
+#include "kernels/simd_level.h"
+
+namespace ds41 {
+namespace {
+
+std::vector<SimdLevel> simd_levels() {
+  std::vector<SimdLevel> out;
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512})
+    if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
+  return out;
+}
+
+// bf16 values whose 32-blocks have random magnitudes 2^[-20, 20] (act scales differ per block,
+// E4M3 subnormals appear), with some zero and some negative-zero blocks.
+std::vector<uint16_t> random_bf16(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20), kind(0, 15);
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  float scale = 1.0f;
+  int block_kind = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 32 == 0) {
+      scale = std::ldexp(1.0f, exponent(rng));
+      block_kind = kind(rng);
+    }
+    const float v = block_kind == 0 ? 0.0f : block_kind == 1 ? -0.0f : normal(rng) * scale;
+    out[size_t(i)] = f32_to_bf16(v);
+  }
+  return out;
+}
+
+std::vector<float> random_f32(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (float& v : out) v = normal(rng) * std::ldexp(1.0f, exponent(rng) / 4);
+  return out;
+}
+
+std::vector<uint8_t> random_bytes(int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (uint8_t& c : out) c = uint8_t(rng() & 0xff);
+  return out;
+}
+
+std::vector<uint8_t> random_e4m3(int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (uint8_t& c : out) {
+    do c = uint8_t(rng() & 0xff);
+    while ((c & 0x7f) == 0x7f);
+  }
+  return out;
+}
+
+// E8M0 scales 2^[-20, 20], with the edge codes 0 (2^-127) and 254 (2^127) now and then.
+std::vector<uint8_t> random_scales(int64_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<int> k(-20, 20), edge(0, 63);
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (uint8_t& c : out) {
+    const int e = edge(rng);
+    c = e == 0 ? 0 : e == 1 ? 254 : uint8_t(k(rng) + 127);
+  }
+  return out;
+}
+
+// Differences are reported as the first differing index; -1 = identical bytes.
+template <class T>
+int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return int64_t(i);
+  return -1;
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+
+std::string describe(SimdLevel l, const Shape& s) {
+  return std::string(simd_level_name(l)) + " M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+         " K=" + std::to_string(s.K);
+}
+
+// K multiples of 32 with 1..13 blocks (tails of the 4- and 8-block reductions), N odd and even.
+const Shape kQuantizedShapes[] = {{1, 1, 32},   {1, 37, 96},   {1, 64, 256},   {1, 19, 416},
+                                  {2, 21, 160}, {3, 40, 288},  {5, 33, 224},   {17, 9, 64},
+                                  {16, 24, 352}, {33, 17, 128}, {130, 11, 96}, {1, 200, 1024}};
+
+// K with every remainder mod 16, N not a multiple of the 8- or 2-row groups.
+const Shape kDenseShapes[] = {{1, 1, 1},   {1, 9, 3},    {1, 13, 16},  {1, 17, 21},  {1, 31, 130},
+                              {2, 5, 7},   {3, 11, 33},  {4, 7, 64},   {5, 3, 45},   {7, 19, 100},
+                              {17, 10, 77}, {33, 9, 258}, {130, 5, 31}, {1, 300, 1024}};
+
+TEST(SimdGemm, Fp8MatchesTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(1);
+  ThreadPool pool(3);
+  for (const Shape& s : kQuantizedShapes) {
+    const std::vector<uint16_t> x = random_bf16(s.M * s.K, rng);
+    const std::vector<uint8_t> w = random_e4m3(s.N * s.K, rng);
+    const std::vector<uint8_t> scale = random_scales(((s.N + 31) / 32) * (s.K / 32), rng);
+    const Fp8Matrix W{w.data(), scale.data(), s.N, s.K};
+    std::vector<uint16_t> twin(size_t(s.M * s.N)), fast(size_t(s.M * s.N));
+    linear_fp8_reference(x.data(), s.M, W, twin.data());
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      std::fill(fast.begin(), fast.end(), 0xdead);
+      linear_fp8(x.data(), s.M, W, fast.data(), &pool);
+      EXPECT_EQ(first_difference(fast, twin), -1) << describe(l, s);
+    }
+  }
+}
+
+TEST(SimdGemm, Fp4MatchesTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(2);
+  ThreadPool pool(3);
+  for (const Shape& s : kQuantizedShapes) {
+    const std::vector<uint16_t> x = random_bf16(s.M * s.K, rng);
+    const std::vector<uint8_t> w = random_bytes(s.N * s.K / 2, rng);
+    const std::vector<uint8_t> scale = random_scales(s.N * (s.K / 32), rng);
+    const Fp4Matrix W{w.data(), scale.data(), s.N, s.K};
+    std::vector<uint16_t> twin(size_t(s.M * s.N)), fast(size_t(s.M * s.N));
+    linear_fp4_reference(x.data(), s.M, W, twin.data());
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      std::fill(fast.begin(), fast.end(), 0xdead);
+      linear_fp4(x.data(), s.M, W, fast.data(), &pool);
+      EXPECT_EQ(first_difference(fast, twin), -1) << describe(l, s);
+    }
+  }
+}
+
+// Extreme activation blocks: the largest E4M3 magnitudes (a9 = +-448 * 2^9, the int32 limits of
+// the FP4 chunks), the smallest subnormals, and +-448 against 2^-9 in one block (the widest
+// exponent spread an exact FP8 block sum must hold).
+TEST(SimdGemm, ExtremeBlocksMatchTwin) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  const int64_t M = 3, N = 11, K = 96;
+  std::vector<uint16_t> x(size_t(M * K));
+  for (int64_t k = 0; k < K; ++k) {
+    x[size_t(k)] = f32_to_bf16(k % 2 ? -448.0f : 448.0f);            // all at the E4M3 maximum
+    x[size_t(K + k)] = f32_to_bf16(k == 0 ? 448.0f : std::ldexp(1.0f, -9) * float(k % 8));
+    x[size_t(2 * K + k)] = f32_to_bf16(k % 3 ? -448.0f : std::ldexp(1.0f, -12));
+  }
+  std::vector<uint8_t> w8(size_t(N * K)), w4(size_t(N * K / 2));
+  for (int64_t i = 0; i < N * K; ++i) w8[size_t(i)] = i % 5 == 0 ? 0xFE : i % 5 == 1 ? 0x7E : i % 5 == 2 ? 0x01 : 0x81;
+  for (int64_t i = 0; i < N * K / 2; ++i) w4[size_t(i)] = i % 3 == 0 ? 0x7F : i % 3 == 1 ? 0xF7 : 0x88;
+  const std::vector<uint8_t> s8(size_t(3), 127), s4(size_t(N * 3), 127);
+  const Fp8Matrix W8{w8.data(), s8.data(), N, K};
+  const Fp4Matrix W4{w4.data(), s4.data(), N, K};
+  std::vector<uint16_t> twin8(size_t(M * N)), twin4(size_t(M * N)), fast(size_t(M * N));
+  linear_fp8_reference(x.data(), M, W8, twin8.data());
+  linear_fp4_reference(x.data(), M, W4, twin4.data());
+  for (SimdLevel l : levels) {
+    ScopedSimdLevel level(l);
+    for (int64_t rows : {int64_t{1}, M}) {
+      linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
+      EXPECT_EQ(std::memcmp(fast.data(), twin8.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp8";
+      linear_fp4(x.data(), rows, W4, fast.data(), nullptr);
+      EXPECT_EQ(std::memcmp(fast.data(), twin4.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp4";
+    }
+  }
+}
+
+// NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results
+// must still be the twin's bits (NaN payloads included), and only where the NaN reaches.
+TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(3);
+  const int64_t M = 4, N = 9, K = 96;
+  std::vector<uint16_t> x = random_bf16(M * K, rng);
+  x[size_t(K + 5)] = 0x7fc1;  // NaN in activation row 1
+  std::vector<uint8_t> w8 = random_e4m3(N * K, rng), w4 = random_bytes(N * K / 2, rng);
+  w8[size_t(3 * K + 40)] = 0xFF;  // NaN code in weight row 3
+  std::vector<uint8_t> s8 = random_scales(3, rng), s4 = random_scales(N * 3, rng);
+  s4[size_t(5 * 3 + 1)] = 0xFF;  // NaN scale of FP4 row 5
+  const Fp8Matrix W8{w8.data(), s8.data(), N, K};
+  const Fp4Matrix W4{w4.data(), s4.data(), N, K};
+  std::vector<uint16_t> twin(size_t(M * N)), fast(size_t(M * N));
+  for (SimdLevel l : levels) {
+    ScopedSimdLevel level(l);
+    for (int64_t rows : {int64_t{1}, int64_t{2}, M}) {
+      linear_fp8_reference(x.data(), rows, W8, twin.data());
+      linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
+      EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp8 " << rows;
+      linear_fp4_reference(x.data(), rows, W4, twin.data());
+      linear_fp4(x.data(), rows, W4, fast.data(), nullptr);
+      EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp4 " << rows;
+    }
+    linear_fp8(x.data(), 1, W8, fast.data(), nullptr);
+    EXPECT_TRUE(std::isnan(bf16_to_f32(fast[3])));
+    EXPECT_FALSE(std::isnan(bf16_to_f32(fast[2])));
+  }
+}
+
+TEST(SimdGemm, DenseLinearsMatchTwinsBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(4);
+  ThreadPool pool(3);
+  for (const Shape& s : kDenseShapes) {
+    const std::vector<float> xf = random_f32(s.M * s.K, rng), wf = random_f32(s.N * s.K, rng);
+    std::vector<uint16_t> xb(xf.size()), wb(wf.size());
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    const size_t out = size_t(s.M * s.N);
+    std::vector<float> twin_f(out), fast_f(out);
+    std::vector<uint16_t> twin_b(out), fast_b(out);
+    linear_bf16_reference(xb.data(), s.M, wb.data(), s.N, s.K, twin_b.data());
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      linear_bf16(xb.data(), s.M, wb.data(), s.N, s.K, fast_b.data(), &pool);
+      EXPECT_EQ(first_difference(fast_b, twin_b), -1) << "bf16 " << describe(l, s);
+    }
+    linear_bf16_f32out_reference(xb.data(), s.M, wb.data(), s.N, s.K, twin_f.data());
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      linear_bf16_f32out(xb.data(), s.M, wb.data(), s.N, s.K, fast_f.data(), &pool);
+      EXPECT_EQ(first_difference(fast_f, twin_f), -1) << "bf16_f32out " << describe(l, s);
+    }
+    linear_f32_reference(xf.data(), s.M, wf.data(), s.N, s.K, twin_f.data());
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      linear_f32(xf.data(), s.M, wf.data(), s.N, s.K, fast_f.data(), &pool);
+      EXPECT_EQ(first_difference(fast_f, twin_f), -1) << "f32 " << describe(l, s);
+    }
+    linear_f32_wbf16_reference(xf.data(), s.M, wb.data(), s.N, s.K, twin_f.data());
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      linear_f32_wbf16(xf.data(), s.M, wb.data(), s.N, s.K, fast_f.data(), &pool);
+      EXPECT_EQ(first_difference(fast_f, twin_f), -1) << "f32_wbf16 " << describe(l, s);
+    }
+  }
+}
+
+// Lane sums that round and then cancel: in every lane a large product B (~2^40) is followed by a
+// small one and then by -B, so the small product keeps only the bits that survived next to B.
+// The fp32 result therefore shows the order in which each lane took its products: any change of
+// lane assignment or order (k = j mod 4, increasing k) changes it.
+TEST(SimdGemm, DenseLaneOrderIsKept) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t M = 3, N = 10, K = 203;
+  std::vector<float> x(size_t(M * K)), w(size_t(N * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = std::ldexp(1.0f, int(m));
+  for (int64_t n = 0; n < N; ++n) {
+    float big[4] = {0, 0, 0, 0};
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t chunk = k / 4, lane = k % 4;
+      float& v = w[size_t(n * K + k)];
+      switch ((chunk + n) % 3) {
+        case 0:  // a big product only where its negation (two chunks on) exists
+          v = big[lane] = k + 8 < K ? normal(rng) * std::ldexp(1.0f, 40) : normal(rng);
+          break;
+        case 1: v = normal(rng); break;
+        default: v = -big[lane]; break;
+      }
+    }
+  }
+  std::vector<float> twin(size_t(M * N)), fast(size_t(M * N));
+  linear_f32_reference(x.data(), M, w.data(), N, K, twin.data());
+  for (SimdLevel l : levels) {
+    ScopedSimdLevel level(l);
+    for (int64_t rows : {int64_t{1}, M}) {
+      linear_f32(x.data(), rows, w.data(), N, K, fast.data(), nullptr);
+      EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 4), 0) << simd_level_name(l) << " rows " << rows;
+    }
+  }
+  // The construction does what it says: summing the lanes in another order changes the result.
+  double lanes[4] = {0, 0, 0, 0}, swapped[4] = {0, 0, 0, 0};
+  for (int64_t k = 0; k < K; ++k) lanes[k % 4] += double(w[size_t(k)]);
+  for (int64_t c = 0; c * 4 < K; c += 2)  // each pair of chunks taken in the other order
+    for (int64_t k : {(c + 1) * 4, (c + 1) * 4 + 1, (c + 1) * 4 + 2, (c + 1) * 4 + 3, c * 4, c * 4 + 1, c * 4 + 2, c * 4 + 3})
+      if (k < K) swapped[k % 4] += double(w[size_t(k)]);
+  EXPECT_NE(float((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])), float((swapped[0] + swapped[1]) + (swapped[2] + swapped[3])));
+}
+
+// act_quant (§3.1) vectorised: codes and scales byte for byte, over blocks of every magnitude
+// (E4M3 subnormal codes, the 1e-4 amax floor, bf16 subnormals, the bf16 maximum) and blocks
+// holding NaN or inf (left to the scalar code, whose NaN payloads it defines).
+TEST(SimdGemm, ActQuantMatchesScalarBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(6);
+  const int64_t K = 32 * 64;
+  std::vector<uint16_t> x = random_bf16(K, rng);
+  std::uniform_int_distribution<int> any(0, 0xffff);
+  for (int64_t k = 32 * 40; k < 32 * 48; ++k) x[size_t(k)] = uint16_t(any(rng));  // every bit pattern
+  for (int64_t k = 32 * 48; k < 32 * 49; ++k) x[size_t(k)] = uint16_t(k % 4);     // bf16 subnormals
+  x[32 * 50 + 3] = 0x7f7f;                                                         // bf16 max
+  x[32 * 51 + 7] = 0x7f80;                                                         // +inf
+  x[32 * 52 + 9] = 0xffc3;                                                         // NaN
+  for (int64_t k = 32 * 53; k < 32 * 54; ++k) x[size_t(k)] = f32_to_bf16(1e-6f * float(k % 7));  // amax floor
+  std::vector<uint8_t> codes_twin(static_cast<size_t>(K)), codes(static_cast<size_t>(K));
+  std::vector<float> scales_twin(size_t(K / 32)), scales(size_t(K / 32));
+  act_quant_row(x.data(), K, codes_twin.data(), scales_twin.data());
+  for (SimdLevel l : levels) {
+    const simd::KernelTable* kt = simd::kernel_table(l);
+    ASSERT_NE(kt, nullptr);
+    EXPECT_FALSE(kt->act_quant_row(x.data(), K, codes.data(), scales.data()));  // inf/NaN blocks present
+    EXPECT_EQ(first_difference(codes, codes_twin), -1) << simd_level_name(l);
+    EXPECT_EQ(first_difference(scales, scales_twin), -1) << simd_level_name(l);
+    EXPECT_TRUE(kt->act_quant_row(x.data(), 32 * 40, codes.data(), scales.data()));
+  }
+}
+
+TEST(SimdLevel, ParsesNamesAndCapsAtTheSupportedLevel) {
+  EXPECT_EQ(parse_simd_level("scalar"), SimdLevel::Scalar);
+  EXPECT_EQ(parse_simd_level("avx2"), SimdLevel::Avx2);
+  EXPECT_EQ(parse_simd_level("avx512"), SimdLevel::Avx512);
+  EXPECT_FALSE(parse_simd_level("sse9").has_value());
+  const SimdLevel before = simd_level();
+  EXPECT_EQ(set_simd_level(SimdLevel::Avx512), simd_level_supported());
+  EXPECT_EQ(set_simd_level(SimdLevel::Scalar), SimdLevel::Scalar);
+  EXPECT_EQ(simd_level(), SimdLevel::Scalar);
+  set_simd_level(before);
+}
+
+}  // namespace
+}  // namespace ds41

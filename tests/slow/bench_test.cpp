@@ -1,0 +1,146 @@
+// `ds41 bench` (runtime/bench.h): the bytes-per-token arithmetic against the checkpoint's own
+// tensor sizes, and the command end to end on the tiny model (JSON fields, errors).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/thread_pool.h"
+#include "base/error.h"
+#include "io/safetensors.h"
+#include "runtime/bench.h"
+#include "test_paths.h"
+#include "../tiny_model.h"
+
+namespace ds41 {
+namespace {
+
+// Each routed expert a token uses adds exactly the file bytes of that expert's three FP4 weights
+// and their scales, at every MoE layer.
+TEST(Bench, RoutedExpertBytesAreTheCheckpointsTensorBytes) {
+  const std::string dir = test::tiny_model_dir(false);
+  auto model = Model::load(dir);
+  const TensorStore store = TensorStore::open(dir);
+  std::vector<int> none(model->plan().layers.size(), 0), one(model->plan().layers.size(), 1);
+  int64_t expected = 0;
+  for (const LayerPlan& lp : model->plan().layers) {
+    if (lp.is_dspark || lp.routed_experts == 0) continue;
+    for (const char* w : {"w1", "w2", "w3"})
+      for (const char* part : {"weight", "scale"})
+        expected += int64_t(store.get(lp.prefix + "ffn.experts.0." + w + "." + part).nbytes);
+  }
+  ASSERT_GT(expected, 0);
+  EXPECT_EQ(decode_bytes_per_token(*model, one, 5).weights - decode_bytes_per_token(*model, none, 5).weights, expected);
+  // The head is read whole for every token.
+  EXPECT_GT(decode_bytes_per_token(*model, none, 0).weights, int64_t(store.get("head.weight").nbytes));
+  // KV read grows with the context, weights do not (same emit phase of every compressor).
+  const int64_t period = 2 * 2 * 3 * 4;
+  EXPECT_LT(decode_bytes_per_token(*model, one, period - 1).kv, decode_bytes_per_token(*model, one, 4 * period - 1).kv);
+  EXPECT_EQ(decode_bytes_per_token(*model, one, period - 1).weights, decode_bytes_per_token(*model, one, 4 * period - 1).weights);
+}
+
+struct CommandResult {
+  int status = -1;
+  std::string out, err;
+};
+
+CommandResult run_ds41(const std::string& args) {
+  test::TempDir tmp;
+  const std::string err_file = tmp / "stderr";
+  const std::string cmd = test::ds41_binary() + " " + args + " 2>" + err_file;
+  CommandResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream e(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+TEST(Bench, CommandReportsEveryFigureAsJson) {
+  const std::string dir = test::tiny_model_dir(false);
+  auto r = run_ds41("bench -m " + dir +
+                    " --json --threads 2 --prefill-lengths 16,40 --decode-contexts 0,40 --decode-tokens 2 --gemm-rows 8"
+                    " --triad-mb 8 --scalar-prefill 8 --scalar-decode-tokens 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["threads"], 2);
+  EXPECT_GT(j["machine"]["triad_bytes_per_s"].get<double>(), 1e8);
+  EXPECT_GT(j["machine"]["fma_peak_flops"].get<double>(), 1e8);
+  ASSERT_EQ(j["figures"]["prefill"].size(), 2u);
+  EXPECT_EQ(j["figures"]["prefill"][1]["tokens"], 40);
+  EXPECT_GT(j["figures"]["prefill"][1]["tokens_per_s"].get<double>(), 0.0);
+  ASSERT_EQ(j["figures"]["decode"].size(), 2u);
+  EXPECT_EQ(j["figures"]["decode"][0]["context"], 0);
+  EXPECT_EQ(j["figures"]["decode"][1]["context"], 40);  // decoded from the 40-token prefill
+  EXPECT_EQ(j["figures"]["decode"][1]["steps"], 2);
+  EXPECT_GT(j["figures"]["decode"][1]["kv_bytes_per_token"].get<int64_t>(),
+            j["figures"]["decode"][0]["kv_bytes_per_token"].get<int64_t>());
+  EXPECT_GT(j["figures"]["decode"][0]["efficiency_vs_bandwidth"].get<double>(), 0.0);
+  EXPECT_GT(j["figures"]["quantized_gemms"]["flops_per_s"].get<double>(), 0.0);
+  EXPECT_TRUE(j["load_average"].contains("before"));
+  if (j["simd_level"] != "scalar") {
+    EXPECT_TRUE(j.contains("scalar"));
+    EXPECT_GT(j["speedup_vs_scalar"]["decode"].get<double>(), 0.0);
+  }
+}
+
+TEST(Bench, BadOptionsAreErrors) {
+  const std::string dir = test::tiny_model_dir(false);
+  auto r = run_ds41("bench -m " + dir + " --prefill-lengths 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--prefill-lengths"), std::string::npos) << r.err;
+  r = run_ds41("bench");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("-m DIR"), std::string::npos) << r.err;
+}
+
+TEST(WeightResidency, ClassifiesTensorsByUse) {
+  EXPECT_EQ(weight_use("layers.3.ffn.experts.17.w2.weight"), WeightUse::RoutedExpert);
+  EXPECT_EQ(weight_use("layers.3.ffn.shared_experts.w2.weight"), WeightUse::Always);
+  EXPECT_EQ(weight_use("layers.1.engram.embed.weight"), WeightUse::EngramTable);
+  EXPECT_EQ(weight_use("layers.1.engram.wkv.weight"), WeightUse::Always);
+  EXPECT_EQ(weight_use("embed.weight"), WeightUse::Embedding);
+  EXPECT_EQ(weight_use("head.weight"), WeightUse::Always);
+}
+
+int64_t locked_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmLck:", 0) == 0) return std::stoll(line.substr(6));
+  return -1;
+}
+
+TEST(WeightResidency, MlockLocksEveryTokenWeight) {
+  auto model = Model::load(test::tiny_model_dir(false));
+  int64_t expected = 0;
+  for (const TensorInfo& t : model->weights().store->tensors())
+    if (weight_use(t.name) == WeightUse::Always || weight_use(t.name) == WeightUse::RoutedExpert)
+      expected += int64_t(t.nbytes);
+  const int64_t before = locked_kib();
+  int64_t locked = 0;
+  try {
+    locked = lock_model_weights(model->weights());
+  } catch (const Error& e) {
+    GTEST_SKIP() << "mlock refused here (locked-memory limit): " << e.what();
+  }
+  EXPECT_GE(locked, expected);  // whole pages, plus the buffers materialised at load
+  if (before >= 0) {
+    EXPECT_GE(locked_kib() - before, expected / 1024);
+  }
+  auto r = run_ds41("run -m " + test::tiny_model_dir(false) + " --max-tokens 2 --mlock --json");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace ds41

@@ -1,0 +1,131 @@
+// The shared generation loop on the tiny model: its tokens equal a hand-written forward/argmax
+// loop; chunking, the pending token and sessions-style continuation do not change them; the stop,
+// length, context and cancel exits behave as documented.
+#include "runtime/generation.h"
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "../tiny_model.h"
+
+namespace ds41 {
+namespace {
+
+class GenerationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = Model::load(test::tiny_model_dir(true)).release(); }
+  static void TearDownTestSuite() { delete model_; }
+  static Model* model_;
+  const std::vector<int32_t> prompt_ = {0, 128803, 63006, 44388, 305, 4575, 13, 900, 1201};
+};
+Model* GenerationTest::model_ = nullptr;
+
+std::vector<int32_t> collect(Generation& g, int64_t n, std::vector<int32_t> stop = {}) {
+  std::vector<int32_t> out;
+  GenerationLimits lim;
+  lim.max_tokens = n;
+  lim.stop_ids = std::move(stop);
+  g.generate(lim, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
+  return out;
+}
+
+TEST_F(GenerationTest, GreedyTokensEqualAPlainForwardLoop) {
+  ThreadPool pool(2);
+  ForwardOptions fo;
+  SequenceState st = model_->new_sequence();
+  auto logits = model_->forward(st, prompt_, fo, &pool);
+  std::vector<int32_t> want;
+  for (int i = 0; i < 12; ++i) {
+    want.push_back(argmax_token(logits.data(), model_->config().vocab_size));
+    logits = model_->forward(st, {want.back()}, fo, &pool);
+  }
+  Sampler greedy(SamplerOptions{});
+  for (int64_t chunk : {0, 1, 4}) {
+    Generation g(*model_, model_->new_sequence(), greedy, &pool);
+    g.feed(prompt_, chunk);
+    EXPECT_EQ(collect(g, 12), want) << "chunk " << chunk;
+    EXPECT_EQ(g.pending(), want.back());
+    EXPECT_EQ(g.length(), int64_t(prompt_.size() + want.size()));
+  }
+}
+
+TEST_F(GenerationTest, ContinuingAfterAnAnswerFeedsThePendingTokenFirst) {
+  SamplerOptions so;
+  so.temperature = 0.9;
+  so.seed = 5;
+  Sampler s(so);
+  // One run of 10 tokens vs two runs of 4 + 6 with an empty feed between: same tokens, because
+  // the draw for a position depends only on the seed and the position.
+  Generation a(*model_, model_->new_sequence(), s, nullptr);
+  a.feed(prompt_);
+  auto whole = collect(a, 10);
+  Generation b(*model_, model_->new_sequence(), s, nullptr);
+  b.feed(prompt_, 3);
+  auto first = collect(b, 4);
+  b.feed({});  // commits the pending token
+  EXPECT_FALSE(b.pending());
+  EXPECT_EQ(b.state().token_history.back(), first.back());
+  auto second = collect(b, 6);
+  first.insert(first.end(), second.begin(), second.end());
+  EXPECT_EQ(first, whole);
+}
+
+TEST_F(GenerationTest, StopTokenLengthContextAndCancel) {
+  Sampler greedy(SamplerOptions{});
+  Generation g(*model_, model_->new_sequence(), greedy, nullptr);
+  g.feed(prompt_);
+  const auto free_run = collect(g, 6);
+  // Stop at the third token: it is returned and the loop ends there.
+  Generation h(*model_, model_->new_sequence(), greedy, nullptr);
+  h.feed(prompt_);
+  GenerationLimits lim;
+  lim.max_tokens = 6;
+  lim.stop_ids = {free_run[2]};
+  std::vector<int32_t> got;
+  auto st = h.generate(lim, [&](int32_t t) { got.push_back(t); return true; });
+  ASSERT_GE(got.size(), 1u);
+  EXPECT_EQ(got.back(), free_run[2]);
+  EXPECT_LE(got.size(), 3u);
+  EXPECT_EQ(st.finish, FinishReason::Stop);
+  EXPECT_EQ(st.generated_tokens, int64_t(got.size()));
+  // Length.
+  Generation l(*model_, model_->new_sequence(), greedy, nullptr);
+  l.feed(prompt_);
+  lim.stop_ids.clear();
+  lim.max_tokens = 2;
+  EXPECT_EQ(l.generate(lim).finish, FinishReason::Length);
+  // Cancelled before the first token.
+  std::atomic<bool> cancel{true};
+  lim.cancel = &cancel;
+  Generation k(*model_, model_->new_sequence(), greedy, nullptr);
+  k.feed(prompt_);
+  auto ks = k.generate(lim);
+  EXPECT_EQ(ks.finish, FinishReason::Cancelled);
+  EXPECT_EQ(ks.generated_tokens, 0);
+  // Context: on a copy of the model with a 16-token context, a 14-token prompt gets exactly 2
+  // more tokens.
+  test::TempDir dir;
+  ModelConfig small_ctx = test::tiny_config(false);
+  small_ctx.max_seq_len = 16;
+  RandomCheckpointOptions ro;
+  ro.seed = 1;
+  write_random_checkpoint(small_ctx, dir.path(), ro);
+  auto short_model = Model::load(dir.path());
+  std::vector<int32_t> longp(14, 5);
+  longp[0] = 0;
+  Generation m(*short_model, short_model->new_sequence(), greedy, nullptr);
+  m.feed(longp, 5);
+  lim.cancel = nullptr;
+  lim.max_tokens = 10;
+  auto ms = m.generate(lim);
+  EXPECT_EQ(ms.finish, FinishReason::ContextFull);
+  EXPECT_EQ(ms.generated_tokens, 2);
+  EXPECT_THROW(m.feed({1, 2}), Error);  // pending + 2 would overflow
+}
+
+}  // namespace
+}  // namespace ds41

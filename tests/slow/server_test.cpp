@@ -1,0 +1,326 @@
+// `ds41 serve` over real HTTP on loopback (cpp-httplib's client): every endpoint, streaming,
+// the malformed-request suite, concurrency with batch-independent outputs, the prefix cache and
+// client disconnects. The model is the tiny preset with the DeepSeek-V3 tokenizer copied in.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <httplib.h>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "base/thread_pool.h"
+#include "model/model.h"
+#include "model/presets.h"
+#include "model/random_checkpoint.h"
+#include "server/engine.h"
+#include "server/server.h"
+#include "server/text_side.h"
+#include "test_paths.h"
+
+namespace ds41 {
+namespace {
+
+using json = nlohmann::json;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!test::have_shared()) return;
+    dir_ = new test::TempDir();
+    RandomCheckpointOptions opt;
+    opt.seed = 11;
+    opt.tokenizer_path = test::shared_dir() + "/assets/deepseek_v3_tokenizer/tokenizer.json";
+    ModelConfig c = preset_config("tiny");
+    c.max_seq_len = 1024;
+    write_random_checkpoint(c, dir_->path(), opt);
+    model_ = Model::load(dir_->path()).release();
+    text_ = new TextSide(dir_->path());
+    pool_ = new ThreadPool(2);
+    EngineOptions eo;
+    eo.max_batch = 8;
+    eo.prefill_chunk = 64;
+    engine_ = new Engine(*model_, pool_, eo);
+    ServerOptions so;
+    so.model_name = "tiny";
+    so.api_key = "sekrit";
+    so.defaults.sampling.temperature = 0;  // greedy unless a request says otherwise
+    so.defaults.max_images = 2;
+    server_ = new Server(*engine_, *text_, so);
+    port_ = server_->bind_any_port();
+    thread_ = new std::thread([] { server_->listen_after_bind(); });
+  }
+  static void TearDownTestSuite() {
+    if (!server_) return;
+    server_->stop();
+    thread_->join();
+    delete thread_;
+    delete server_;
+    delete engine_;
+    delete pool_;
+    delete text_;
+    delete model_;
+    delete dir_;
+  }
+  void SetUp() override {
+    if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
+  }
+  static httplib::Client client() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_bearer_token_auth("sekrit");
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+  static httplib::Result post(const std::string& path, const std::string& body) {
+    return client().Post(path.c_str(), body, "application/json");
+  }
+  static json chat_body(const std::string& user, int max_tokens, bool stream = false) {
+    return {{"model", "tiny"},
+            {"messages", json::array({{{"role", "user"}, {"content", user}}})},
+            {"max_tokens", max_tokens},
+            {"stream", stream}};
+  }
+  // The content of an SSE chat stream, and whether it ended with [DONE].
+  static std::pair<std::string, bool> stream_content(const std::string& sse) {
+    std::string content;
+    bool done = false;
+    size_t at = 0;
+    while ((at = sse.find("data: ", at)) != std::string::npos) {
+      const size_t end = sse.find("\n\n", at);
+      const std::string data = sse.substr(at + 6, end - at - 6);
+      at = end;
+      if (data == "[DONE]") {
+        done = true;
+        continue;
+      }
+      json j = json::parse(data);
+      if (!j["choices"].empty() && j["choices"][0]["delta"].contains("content"))
+        content += j["choices"][0]["delta"]["content"].get<std::string>();
+    }
+    return {content, done};
+  }
+  static bool healthy() {
+    auto r = client().Get("/health");
+    return r && r->status == 200;
+  }
+
+  static test::TempDir* dir_;
+  static Model* model_;
+  static TextSide* text_;
+  static ThreadPool* pool_;
+  static Engine* engine_;
+  static Server* server_;
+  static std::thread* thread_;
+  static int port_;
+};
+test::TempDir* ServerTest::dir_ = nullptr;
+Model* ServerTest::model_ = nullptr;
+TextSide* ServerTest::text_ = nullptr;
+ThreadPool* ServerTest::pool_ = nullptr;
+Engine* ServerTest::engine_ = nullptr;
+Server* ServerTest::server_ = nullptr;
+std::thread* ServerTest::thread_ = nullptr;
+int ServerTest::port_ = 0;
+
+TEST_F(ServerTest, ModelsHealthAndAuth) {
+  auto m = client().Get("/v1/models");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
+  httplib::Client anon("127.0.0.1", port_);
+  auto denied = anon.Get("/v1/models");
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(json::parse(denied->body)["error"]["type"], "authentication_error");
+  auto h = anon.Get("/health");  // health needs no key
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+TEST_F(ServerTest, ChatGreedyIsRepeatableAndStreamingEqualsWhole) {
+  auto a = post("/v1/chat/completions", chat_body("Hello there", 12).dump());
+  auto b = post("/v1/chat/completions", chat_body("Hello there", 12).dump());
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->status, 200) << a->body;
+  json ja = json::parse(a->body), jb = json::parse(b->body);
+  EXPECT_EQ(ja["choices"][0]["message"], jb["choices"][0]["message"]);
+  EXPECT_EQ(ja["object"], "chat.completion");
+  EXPECT_GT(ja["usage"]["prompt_tokens"].get<int>(), 3);
+  EXPECT_LE(ja["usage"]["completion_tokens"].get<int>(), 12);
+  const std::string finish = ja["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "length" || finish == "stop") << finish;
+  auto s = post("/v1/chat/completions", chat_body("Hello there", 12, true).dump());
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200);
+  EXPECT_EQ(s->get_header_value("Content-Type"), "text/event-stream");
+  auto [content, done] = stream_content(s->body);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(content, ja["choices"][0]["message"]["content"].get<std::string>());
+}
+
+TEST_F(ServerTest, CompletionsAndAnthropicMessages) {
+  auto c = post("/v1/completions", R"({"model": "tiny", "prompt": "Once upon a time", "max_tokens": 5, "temperature": 0})");
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->status, 200) << c->body;
+  json jc = json::parse(c->body);
+  EXPECT_EQ(jc["object"], "text_completion");
+  EXPECT_EQ(jc["usage"]["completion_tokens"], 5);
+  auto m = post("/v1/messages", R"({"model": "tiny", "max_tokens": 6, "temperature": 0, "system": "Be brief.",
+                                   "messages": [{"role": "user", "content": "Hi"}]})");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200) << m->body;
+  json jm = json::parse(m->body);
+  EXPECT_EQ(jm["type"], "message");
+  EXPECT_EQ(jm["usage"]["output_tokens"].get<int>() <= 6, true);
+  auto ms = post("/v1/messages", R"({"model": "tiny", "max_tokens": 6, "temperature": 0, "stream": true,
+                                    "messages": [{"role": "user", "content": "Hi"}]})");
+  ASSERT_TRUE(ms);
+  ASSERT_EQ(ms->status, 200);
+  const std::string& ev = ms->body;
+  const size_t start = ev.find("event: message_start"), stop = ev.find("event: message_stop");
+  ASSERT_NE(start, std::string::npos);
+  ASSERT_NE(stop, std::string::npos);
+  EXPECT_LT(start, ev.find("event: message_delta"));
+  EXPECT_LT(ev.find("event: message_delta"), stop);
+}
+
+TEST_F(ServerTest, MalformedRequestsGetFourHundredsAndTheServerStaysUp) {
+  struct Case {
+    const char* path;
+    std::string body;
+    int status;
+  };
+  std::string huge_prompt;
+  for (int i = 0; i < 1500; ++i) huge_prompt += "word ";
+  const std::string img = R"({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}})";
+  const std::vector<Case> cases = {
+      {"/v1/chat/completions", "{not json", 400},
+      {"/v1/chat/completions", "", 400},
+      {"/v1/chat/completions", "[]", 400},
+      {"/v1/chat/completions", R"({"model": "tiny"})", 400},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400},
+      {"/v1/chat/completions", R"({"messages": []})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 1}]})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_p": "a"})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "stop": 5})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": 101})", 400},
+      {"/v1/chat/completions", R"({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]})", 404},
+      {"/v1/chat/completions", json{{"messages", json::array({{{"role", "user"}, {"content", huge_prompt}}})}}.dump(), 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [)" + img + "," + img + "," + img + "]}]}", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x <｜deepseek_image｜> y"}]})", 400},
+      {"/v1/completions", R"({"prompt": 5})", 400},
+      {"/v1/completions", R"({"prompt": ""})", 400},
+      {"/v1/messages", R"({"messages": [{"role": "user", "content": "x"}]})", 400},
+      {"/v1/messages", R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})", 400},
+      {"/v1/messages", R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url"}}]}]})", 400},
+      {"/v1/nothing", "{}", 404},
+  };
+  for (const auto& c : cases) {
+    auto r = post(c.path, c.body);
+    ASSERT_TRUE(r) << c.body;
+    EXPECT_EQ(r->status, c.status) << c.path << " " << c.body.substr(0, 200) << " -> " << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r->body;
+    const json& err = j.contains("error") ? j["error"] : j;
+    EXPECT_FALSE(err.value("message", "").empty()) << r->body;
+    EXPECT_TRUE(healthy());
+  }
+  EXPECT_GE(cases.size(), 25u);
+}
+
+TEST_F(ServerTest, ConcurrentStreamsMatchTheSameRequestAlone) {
+  const int n = 32;
+  std::vector<std::string> alone(4);
+  for (int k = 0; k < 4; ++k) {
+    auto r = post("/v1/chat/completions", chat_body("Question " + std::to_string(k), 8).dump());
+    ASSERT_TRUE(r);
+    alone[size_t(k)] = json::parse(r->body)["choices"][0]["message"]["content"];
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::future<std::pair<std::string, bool>>> futures;
+  for (int i = 0; i < n; ++i)
+    futures.push_back(std::async(std::launch::async, [i] {
+      auto r = post("/v1/chat/completions", chat_body("Question " + std::to_string(i % 4), 8, true).dump());
+      if (!r) return std::pair<std::string, bool>{"<failed: " + httplib::to_string(r.error()) + ">", false};
+      if (r->status != 200) return std::pair<std::string, bool>{"<status " + std::to_string(r->status) + ": " + r->body + ">", false};
+      return stream_content(r->body);
+    }));
+  for (int i = 0; i < n; ++i) {
+    auto [content, done] = futures[size_t(i)].get();
+    EXPECT_TRUE(done) << i;
+    EXPECT_EQ(content, alone[size_t(i % 4)]) << "client " << i;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << n << " concurrent streams of 8 tokens in " << s << " s\n";
+  EXPECT_TRUE(healthy());
+}
+
+TEST_F(ServerTest, ASecondServerOnTheSamePortFailsWithAClearError) {
+  ServerOptions so;
+  so.port = port_;
+  Server second(*engine_, *text_, so);
+  std::string error;
+  EXPECT_FALSE(second.listen(error));
+  EXPECT_NE(error.find("address in use"), std::string::npos) << error;
+  EXPECT_TRUE(healthy());
+}
+
+TEST_F(ServerTest, PrefixCacheReusesASharedSystemPrompt) {
+  std::string system = "You are a careful assistant. ";
+  for (int i = 0; i < 40; ++i) system += "Rule " + std::to_string(i) + ": answer precisely. ";
+  auto body = [&](const std::string& q) {
+    return json{{"model", "tiny"},
+                {"max_tokens", 6},
+                {"messages", json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", q}}})}}
+        .dump();
+  };
+  auto first = post("/v1/chat/completions", body("What is one plus one?"));
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200);
+  // The same conversation again: served from the cached prefix, same answer.
+  auto again = post("/v1/chat/completions", body("What is one plus one?"));
+  ASSERT_TRUE(again);
+  json j1 = json::parse(first->body), j2 = json::parse(again->body);
+  EXPECT_EQ(j1["choices"][0]["message"], j2["choices"][0]["message"]);
+  EXPECT_EQ(j1["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // Everything before the assistant header (the last few tokens) came from the cache.
+  const int cached = j2["usage"]["prompt_tokens_details"]["cached_tokens"], prompt = j2["usage"]["prompt_tokens"];
+  EXPECT_GE(cached, prompt - 8);
+  EXPECT_LT(cached, prompt);
+  auto metrics = client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("ds41_prefix_cache_hits_total"), std::string::npos);
+  EXPECT_NE(metrics->body.find("ds41_time_to_first_token_seconds_bucket"), std::string::npos);
+}
+
+TEST_F(ServerTest, ClientDisconnectCancelsTheGeneration) {
+  const int64_t cancelled_before = engine_->metrics().requests_cancelled;
+  {
+    httplib::Client c = client();
+    int chunks = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.headers = {{"Authorization", "Bearer sekrit"}};
+    req.body = chat_body("Tell me a long story", 500, true).dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // hang up
+    c.send(req);
+  }
+  for (int i = 0; i < 200 && engine_->metrics().requests_cancelled == cancelled_before; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GT(engine_->metrics().requests_cancelled, cancelled_before);
+  EXPECT_TRUE(healthy());
+}
+
+}  // namespace
+}  // namespace ds41
