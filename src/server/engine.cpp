@@ -3,6 +3,8 @@
 #include <chrono>
 
 #include "base/error.h"
+#include "vision/image_grid.h"
+#include "vision/image_prompt.h"
 
 namespace ds41 {
 
@@ -43,6 +45,7 @@ struct Engine::Slot {
   EngineRequest req;
   std::shared_ptr<RequestHandle> handle;
   std::unique_ptr<Generation> gen;
+  InputEmbeddings inputs;  // token types and span rows of an image prompt (empty: text only)
   size_t fed = 0;  // prompt tokens fed so far (cached prefix included)
   int64_t generated = 0;
   double submitted_at = 0, last_token_at = 0;
@@ -70,11 +73,22 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
   if (req.prompt.empty()) throw Error("the prompt is empty");
   for (int32_t id : req.prompt)
     if (id < 0 || id >= c.vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
-  if (int64_t(req.prompt.size()) >= opt_.max_context)
-    throw Error("the prompt is " + std::to_string(req.prompt.size()) + " tokens; the context is " +
-                std::to_string(opt_.max_context) + " tokens");
+  // With images the prompt grows by each image's span (the placeholder becomes the whole span).
+  int64_t prompt_len = int64_t(req.prompt.size());
+  if (!req.images.empty()) {
+    if (!c.vision_enabled()) throw Error("this model has no vision encoder: images are not accepted");
+    int64_t placeholders = 0;
+    for (int32_t id : req.prompt) placeholders += id == c.image_token_id;
+    if (placeholders != int64_t(req.images.size()))
+      throw Error("the prompt has " + std::to_string(placeholders) + " image placeholder tokens for " +
+                  std::to_string(req.images.size()) + " images");
+    for (const RgbImage& im : req.images) prompt_len += plan_image_grid(im.width, im.height, c).span_length() - 1;
+  }
+  if (prompt_len >= opt_.max_context)
+    throw Error("the prompt is " + std::to_string(prompt_len) + " tokens" + (req.images.empty() ? "" : " with its images") +
+                "; the context is " + std::to_string(opt_.max_context) + " tokens");
   if (req.max_tokens < 0) throw Error("max_tokens must be >= 0");
-  req.max_tokens = std::min(req.max_tokens, opt_.max_context - int64_t(req.prompt.size()));
+  req.max_tokens = std::min(req.max_tokens, opt_.max_context - prompt_len);
   Sampler check(req.sampling);  // throws on invalid options
   (void)check;
   auto h = std::make_shared<RequestHandle>();
@@ -134,11 +148,32 @@ bool Engine::step(Slot& s) {
     return false;
   };
   if (h.cancelled()) return finish(FinishReason::Cancelled);
+  if (!s.gen && !s.req.images.empty()) {
+    // The vision tower runs here, on the engine's threads, as one step of this request.
+    const double t0 = now_s();
+    ImagePrompt ip = build_image_prompt(model_, s.req.prompt, s.req.images, pool_);
+    s.req.prompt = std::move(ip.tokens);
+    s.inputs = std::move(ip.inputs);
+    metrics_.images += int64_t(s.req.images.size());
+    metrics_.vision_s = metrics_.vision_s + (now_s() - t0);
+    s.req.images.clear();
+    s.req.cache_prefix_at = 0;  // image spans keep the placeholder id: ids do not identify an image prompt
+  }
   const std::vector<int32_t>& prompt = s.req.prompt;
+  const bool has_images = !s.inputs.token_types.empty();
   if (!s.gen) {
-    // Admission: start from the longest cached prefix, if any.
+    // Admission: start from the longest cached prefix, if any. Cached prompts hold no image spans
+    // (never stored) and text never contains the image id, so a match ends before any image.
     std::optional<SequenceState> cached = prefix_cache_.lookup(prompt);
     ++metrics_.prefix_lookups;
+    if (cached && has_images) {
+      const int8_t* types = s.inputs.token_types.data();
+      for (int64_t i = 0; i < cached->pos; ++i)
+        if (types[i] != int8_t(TokenType::Text)) {
+          cached.reset();
+          break;
+        }
+    }
     if (cached) {
       ++metrics_.prefix_hits;
       s.fed = size_t(cached->pos);
@@ -155,7 +190,13 @@ bool Engine::step(Slot& s) {
     size_t end = std::min(prompt.size(), s.fed + size_t(opt_.prefill_chunk));
     const size_t boundary = size_t(s.req.cache_prefix_at);
     if (boundary > s.fed && boundary < end) end = boundary;
-    s.gen->feed(std::vector<int32_t>(prompt.begin() + long(s.fed), prompt.begin() + long(end)));
+    const std::vector<int32_t> part(prompt.begin() + long(s.fed), prompt.begin() + long(end));
+    if (has_images) {
+      const InputEmbeddings inputs = s.inputs.slice(int64_t(s.fed), int64_t(end), model_.config().dim);
+      s.gen->feed(part, 0, {}, &inputs);
+    } else {
+      s.gen->feed(part);
+    }
     s.fed = end;
     if (s.fed == boundary && boundary > 0) prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.gen->state());
     return true;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <httplib.h>
 #include <thread>
@@ -17,7 +18,13 @@
 #include "server/engine.h"
 #include "server/server.h"
 #include "server/text_side.h"
+#include "server/api_request.h"
+#include "runtime/generation.h"
+#include "text/tokenizer.h"
+#include "vision/image_decode.h"
+#include "vision/image_prompt.h"
 #include "test_paths.h"
+#include "test_tokenizer_files.h"
 
 namespace ds41 {
 namespace {
@@ -31,7 +38,9 @@ class ServerTest : public ::testing::Test {
     dir_ = new test::TempDir();
     RandomCheckpointOptions opt;
     opt.seed = 11;
-    opt.tokenizer_path = test::shared_dir() + "/assets/deepseek_v3_tokenizer/tokenizer.json";
+    // The V3 tokenizer with <｜deepseek_image｜> as id 129264 (as in V4.1), so images can be served.
+    test::write_v3_tokenizer_with_image_token(dir_->path() + "/tokenizer_with_image.json");
+    opt.tokenizer_path = dir_->path() + "/tokenizer_with_image.json";
     ModelConfig c = preset_config("tiny");
     c.max_seq_len = 1024;
     write_random_checkpoint(c, dir_->path(), opt);
@@ -261,6 +270,99 @@ TEST_F(ServerTest, ConcurrentStreamsMatchTheSameRequestAlone) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << n << " concurrent streams of 8 tokens in " << s << " s\n";
+  EXPECT_TRUE(healthy());
+}
+
+// Images as data: URLs (OpenAI image_url) and base64 blocks (Anthropic): the answer equals the one
+// computed here without the server (same rendered prompt, vision tower, greedy decode in one call),
+// usage counts the image span, and broken images are 400s naming the image.
+std::string base64_encode(const std::string& in) {
+  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t g = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) g |= uint32_t(uint8_t(in[i + 1])) << 8;
+    if (i + 2 < in.size()) g |= uint8_t(in[i + 2]);
+    out += a[(g >> 18) & 63];
+    out += a[(g >> 12) & 63];
+    out += i + 1 < in.size() ? a[(g >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? a[g & 63] : '=';
+  }
+  return out;
+}
+
+TEST_F(ServerTest, ImagesInChatAndMessagesMatchTheDirectPath) {
+  const std::string file = std::string(DS41_SOURCE_DIR) + "/tests/data/vision/images/rgb_100x60.png";
+  std::ifstream in(file, std::ios::binary);
+  const std::string png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(png.size(), 8u);
+  const std::string b64 = base64_encode(png);
+  json chat = {{"model", "tiny"},
+               {"max_tokens", 6},
+               {"messages", json::array({{{"role", "user"},
+                                          {"content", json::array({{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + b64}}}},
+                                                                   {{"type", "text"}, {"text", "What is in the picture?"}}})}}})}};
+  auto r = post("/v1/chat/completions", chat.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  const std::string content = j["choices"][0]["message"]["content"];
+
+  // The direct path: render, vision tower, one prefill call, greedy tokens.
+  ApiDefaults d;
+  d.sampling.temperature = 0;
+  d.max_images = 2;
+  ApiRequest req = parse_chat_completions(nlohmann::ordered_json::parse(chat.dump()), d);
+  const RenderedPrompt rp = text_->render(req);
+  const RgbImage image = read_image_file(file);
+  const ImagePrompt ip = build_image_prompt(*model_, rp.ids, {image}, pool_);
+  ASSERT_EQ(ip.spans.size(), 1u);
+  EXPECT_EQ(j["usage"]["prompt_tokens"].get<int64_t>(), int64_t(ip.tokens.size()));
+  SamplerOptions greedy;
+  greedy.temperature = 0;
+  Generation g(*model_, model_->new_sequence(), Sampler(greedy), pool_);
+  g.feed(ip.tokens, 0, {}, &ip.inputs);
+  std::vector<int32_t> ids;
+  GenerationLimits lim;
+  lim.max_tokens = 6;
+  lim.stop_ids = text_->stop_ids();
+  g.generate(lim, [&](int32_t t) {
+    ids.push_back(t);
+    return true;
+  });
+  auto decoder = text_->reply_decoder(req);
+  std::string direct;
+  for (int32_t t : ids) direct += decoder->feed(t).content;
+  direct += decoder->finish().content;
+  EXPECT_EQ(content, direct);
+
+  // The same conversation through the Anthropic API: same prompt, same answer.
+  json msg = {{"model", "tiny"},
+              {"max_tokens", 6},
+              {"messages", json::array({{{"role", "user"},
+                                         {"content", json::array({{{"type", "image"}, {"source", {{"type", "base64"}, {"media_type", "image/png"}, {"data", b64}}}},
+                                                                  {{"type", "text"}, {"text", "What is in the picture?"}}})}}})}};
+  auto m = post("/v1/messages", msg.dump());
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200) << m->body;
+  const json jm = json::parse(m->body);
+  std::string text;
+  for (const auto& b : jm["content"])
+    if (b["type"] == "text") text += b["text"].get<std::string>();
+  EXPECT_EQ(text, content);
+  EXPECT_EQ(jm["usage"]["input_tokens"].get<int64_t>(), int64_t(ip.tokens.size()));
+
+  // Broken images: 400 naming the image, and the server stays up.
+  const std::string cut = base64_encode(png.substr(0, png.size() / 2));
+  for (const std::string& url : {"data:image/png;base64," + cut, std::string("data:image/png;base64,Zm9v!"),
+                                 "data:image/gif;base64," + base64_encode("GIF89a" + std::string(20, '\0'))}) {
+    json bad = chat;
+    bad["messages"][0]["content"][0]["image_url"]["url"] = url;
+    auto b = post("/v1/chat/completions", bad.dump());
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->status, 400) << b->body;
+    EXPECT_NE(b->body.find("image 1"), std::string::npos) << b->body;
+  }
   EXPECT_TRUE(healthy());
 }
 
