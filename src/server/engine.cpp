@@ -47,6 +47,9 @@ struct Engine::Slot {
   std::unique_ptr<Generation> gen;
   InputEmbeddings inputs;  // token types and span rows of an image prompt (empty: text only)
   size_t fed = 0;  // prompt tokens fed so far (cached prefix included)
+  size_t forced_at = 0;    // ids of req.forced emitted so far
+  bool forcing = false;    // the trigger was seen: emitting req.forced
+  std::vector<int32_t> tail;  // the last generated ids, as many as the trigger has
   int64_t generated = 0;
   double submitted_at = 0, last_token_at = 0;
 };
@@ -89,6 +92,8 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
                 "; the context is " + std::to_string(opt_.max_context) + " tokens");
   if (req.max_tokens < 0) throw Error("max_tokens must be >= 0");
   req.max_tokens = std::min(req.max_tokens, opt_.max_context - prompt_len);
+  for (int32_t id : req.forced)
+    if (id < 0 || id >= c.vocab_size) throw Error("forced token id " + std::to_string(id) + " is outside the vocabulary");
   Sampler check(req.sampling);  // throws on invalid options
   (void)check;
   auto h = std::make_shared<RequestHandle>();
@@ -202,7 +207,14 @@ bool Engine::step(Slot& s) {
     return true;
   }
   if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);
-  const std::optional<int32_t> tok = s.gen->next_token();
+  if (!s.forcing && s.forced_at == 0 && !s.req.forced.empty() && s.tail == s.req.force_trigger) s.forcing = true;
+  std::optional<int32_t> tok;
+  if (s.forcing) {
+    tok = s.gen->force_token(s.req.forced[s.forced_at]);
+    if (++s.forced_at == s.req.forced.size()) s.forcing = false;
+  } else {
+    tok = s.gen->next_token();
+  }
   if (!tok) return finish(FinishReason::ContextFull);
   const double t = now_s();
   if (s.generated == 0) {
@@ -215,6 +227,10 @@ bool Engine::step(Slot& s) {
   ++s.generated;
   ++metrics_.generated_tokens;
   h.push({EngineEvent::Kind::Token, *tok, FinishReason::Stop, {}});
+  if (!s.req.force_trigger.empty() && s.forced_at == 0) {
+    s.tail.push_back(*tok);
+    if (s.tail.size() > s.req.force_trigger.size()) s.tail.erase(s.tail.begin());
+  }
   for (int32_t stop : s.req.stop_ids)
     if (*tok == stop) return finish(FinishReason::Stop);
   if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);

@@ -46,6 +46,9 @@ struct EngineRequest {
   // tower when the request starts and feeds the expanded prompt (image spans); such a prompt is
   // never stored in the prefix cache (its ids do not identify the images).
   std::vector<RgbImage> images;
+  // A forced continuation (tool_choice "required" or a named function): once the generated ids end
+  // with `force_trigger` (empty: right away), the ids of `forced` are emitted as if sampled, once.
+  std::vector<int32_t> force_trigger, forced;
 };
 
 struct EngineEvent {

@@ -136,6 +136,9 @@ struct Server::Impl {
       er.prompt = job->prompt.ids;
       er.cache_prefix_at = job->prompt.cache_prefix_at;
       er.images = std::move(images);
+      TextSide::ForcedContinuation fc = text.forced_tool_call(r);
+      er.force_trigger = std::move(fc.trigger);
+      er.forced = std::move(fc.forced);
       er.sampling = r.sampling;
       er.max_tokens = r.max_tokens < 0 ? ctx - n_prompt : std::min(r.max_tokens, ctx - n_prompt);
       er.stop_ids = text.stop_ids();

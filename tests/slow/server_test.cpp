@@ -366,6 +366,71 @@ TEST_F(ServerTest, ImagesInChatAndMessagesMatchTheDirectPath) {
   EXPECT_TRUE(healthy());
 }
 
+// tool_choice "required" / named: the engine emits the forced ids once the trigger has been
+// generated, and everything after is what plain decoding gives from the sequence with those ids.
+std::vector<int32_t> engine_tokens(Engine& e, EngineRequest r) {
+  auto h = e.submit(std::move(r));
+  std::vector<int32_t> out;
+  EngineEvent ev;
+  while (h->next(ev, 60000)) {
+    if (ev.kind == EngineEvent::Kind::Token) out.push_back(ev.token);
+    else break;
+  }
+  return out;
+}
+
+TEST_F(ServerTest, ForcedToolCallIsEmittedAndDecodingContinuesFromIt) {
+  ApiDefaults d;
+  d.sampling.temperature = 0;
+  json body = {{"model", "tiny"},
+               {"messages", json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}})},
+               {"tools", json::array({{{"type", "function"},
+                                       {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}})},
+               {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
+  ApiRequest req = parse_chat_completions(nlohmann::ordered_json::parse(body.dump()), d);
+  TextSide::ForcedContinuation fc = text_->forced_tool_call(req);
+  EXPECT_TRUE(fc.trigger.empty());  // chat mode: the content starts right away
+  EXPECT_EQ(text_->tokenizer().decode(fc.forced), "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n");
+  body["tool_choice"] = "required";
+  body["reasoning_effort"] = "high";
+  ApiRequest thinking = parse_chat_completions(nlohmann::ordered_json::parse(body.dump()), d);
+  ASSERT_TRUE(thinking.thinking);
+  TextSide::ForcedContinuation ft = text_->forced_tool_call(thinking);
+  EXPECT_EQ(text_->tokenizer().decode(ft.trigger), "</think>");
+  EXPECT_EQ(text_->tokenizer().decode(ft.forced), "\n\n<｜DSML｜ calls>\n");
+  body["tool_choice"] = "auto";
+  EXPECT_TRUE(text_->forced_tool_call(parse_chat_completions(nlohmann::ordered_json::parse(body.dump()), d)).forced.empty());
+
+  const std::vector<int32_t> prompt = text_->render(req).ids;
+  EngineRequest plain;
+  plain.prompt = prompt;
+  plain.sampling.temperature = 0;
+  plain.max_tokens = 4;
+  const std::vector<int32_t> natural = engine_tokens(*engine_, plain);
+  ASSERT_EQ(natural.size(), 4u);
+  // Right away, and after a trigger (the first two natural tokens stand in for "</think>").
+  for (size_t trigger_len : {size_t(0), size_t(2)}) {
+    EngineRequest forced = plain;
+    forced.max_tokens = int64_t(trigger_len + fc.forced.size() + 3);
+    forced.force_trigger.assign(natural.begin(), natural.begin() + long(trigger_len));
+    forced.forced = fc.forced;
+    const std::vector<int32_t> got = engine_tokens(*engine_, forced);
+    ASSERT_EQ(got.size(), size_t(forced.max_tokens)) << trigger_len;
+    std::vector<int32_t> expect(natural.begin(), natural.begin() + long(trigger_len));
+    expect.insert(expect.end(), fc.forced.begin(), fc.forced.end());
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + long(expect.size())), expect);
+    // The continuation, independently: greedy after the prompt's prefill and the trigger and
+    // forced ids fed one at a time, as decode steps (with the reference's index-key reading the
+    // call pattern matters: one call over prompt + forced ids is a different computation).
+    SamplerOptions greedy;
+    greedy.temperature = 0;
+    Generation g(*model_, model_->new_sequence(), Sampler(greedy), pool_);
+    g.feed(prompt);
+    for (int32_t t : expect) g.feed({t});
+    for (size_t i = expect.size(); i < got.size(); ++i) EXPECT_EQ(got[i], *g.next_token()) << i << " trigger " << trigger_len;
+  }
+}
+
 TEST_F(ServerTest, ASecondServerOnTheSamePortFailsWithAClearError) {
   ServerOptions so;
   so.port = port_;
