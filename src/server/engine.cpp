@@ -59,6 +59,7 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions opt)
   if (opt_.max_batch < 1) throw Error("max batch must be >= 1");
   if (opt_.prefill_chunk < 1) throw Error("prefill chunk must be >= 1");
   if (opt_.max_context <= 0 || opt_.max_context > model.config().max_seq_len) opt_.max_context = model.config().max_seq_len;
+  if (!opt_.prefix_cache_dir.empty()) prefix_cache_.enable_disk(model, opt_.prefix_cache_dir, opt_.prefix_cache_disk_bytes);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -171,6 +172,7 @@ bool Engine::step(Slot& s) {
     // (never stored) and text never contains the image id, so a match ends before any image.
     std::optional<SequenceState> cached = prefix_cache_.lookup(prompt);
     ++metrics_.prefix_lookups;
+    metrics_.prefix_disk_hits = prefix_cache_.disk_hits();
     if (cached && has_images) {
       const int8_t* types = s.inputs.token_types.data();
       for (int64_t i = 0; i < cached->pos; ++i)

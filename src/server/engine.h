@@ -31,6 +31,8 @@ struct EngineOptions {
   int max_batch = 8;                   // requests decoded concurrently; more wait in a queue
   int64_t prefill_chunk = 256;         // prompt tokens per step of one request
   int64_t prefix_cache_bytes = int64_t(1) << 30;
+  std::string prefix_cache_dir;        // spill evicted prefixes here (empty = memory only)
+  int64_t prefix_cache_disk_bytes = int64_t(8) << 30;
   int64_t max_context = 0;             // prompt + answer tokens per request (0 = the model's max_seq_len)
 };
 
@@ -84,7 +86,7 @@ class RequestHandle {
 struct EngineMetrics {
   std::atomic<int64_t> requests{0}, requests_finished{0}, requests_cancelled{0}, requests_failed{0};
   std::atomic<int64_t> prompt_tokens{0}, generated_tokens{0}, cached_prompt_tokens{0};
-  std::atomic<int64_t> prefix_hits{0}, prefix_lookups{0};
+  std::atomic<int64_t> prefix_hits{0}, prefix_lookups{0}, prefix_disk_hits{0};
   std::atomic<int64_t> images{0};
   std::atomic<double> vision_s{0};  // vision tower time, all requests
   std::atomic<int> active{0}, waiting{0};

@@ -230,6 +230,7 @@ struct Server::Impl {
     counter("ds41_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache", m.cached_prompt_tokens);
     counter("ds41_prefix_cache_lookups_total", "Prefix cache lookups", m.prefix_lookups);
     counter("ds41_prefix_cache_hits_total", "Prefix cache hits", m.prefix_hits);
+    counter("ds41_prefix_cache_disk_hits_total", "Prefix cache hits loaded back from the disk tier", m.prefix_disk_hits);
     counter("ds41_active_requests", "Requests being processed", m.active, "gauge");
     counter("ds41_waiting_requests", "Requests waiting for a slot", m.waiting, "gauge");
     counter("ds41_engine_steps_total", "Engine scheduling steps", m.steps);
