@@ -37,6 +37,8 @@ int cmd_serve(int argc, char** argv) {
       {"max-tokens", "N", "default answer length when a request gives none (0 = up to the context)", "0"},
       {"prefill-chunk", "N", "prompt tokens per scheduling step of one request", "256"},
       {"prefix-cache-mb", "N", "memory for cached prompt prefixes (0 = off)", "1024"},
+      {"prefix-cache-dir", "DIR", "spill prefixes evicted from memory to DIR (exact session files; reused after a restart)", ""},
+      {"prefix-cache-disk-mb", "N", "disk space for spilled prefixes", "8192"},
       {"max-images", "N", "images accepted per request", "8"},
       {"think", "", "answer in thinking mode unless a request says otherwise", ""},
       {"effort", "N", "default reasoning effort (low, high, max or 1-100)", "high"},
@@ -63,6 +65,9 @@ int cmd_serve(int argc, char** argv) {
   eo.max_batch = int(args.get_int("max-batch", 8));
   eo.prefill_chunk = args.get_int("prefill-chunk", 256);
   eo.prefix_cache_bytes = args.get_int("prefix-cache-mb", 1024) << 20;
+  eo.prefix_cache_dir = args.get_or("prefix-cache-dir", "");
+  eo.prefix_cache_disk_bytes = args.get_int("prefix-cache-disk-mb", 8192) << 20;
+  if (eo.prefix_cache_bytes < 0 || eo.prefix_cache_disk_bytes < 0) throw Error("prefix cache sizes must be >= 0");
   so.http_threads = std::max(64, eo.max_batch * 4);
 
   TextSide text(dir);

@@ -84,6 +84,15 @@ std::optional<int32_t> Generation::next_token() {
   return tok;
 }
 
+std::optional<int32_t> Generation::force_token(int32_t token) {
+  if (logits_.empty()) throw Error("generate: nothing has been fed yet");
+  if (token < 0 || token >= model_.config().vocab_size) throw Error("forced token id " + std::to_string(token) + " is outside the vocabulary");
+  if (length() >= model_.config().max_seq_len) return std::nullopt;
+  commit_pending();
+  pending_ = token;
+  return token;
+}
+
 GenerationStats Generation::generate(const GenerationLimits& limits, const std::function<bool(int32_t)>& on_token) {
   if (limits.max_tokens < 0) throw Error("max_tokens must be >= 0");
   if (logits_.empty() && limits.max_tokens > 0) throw Error("generate: nothing has been fed yet");

@@ -66,6 +66,9 @@ class Generation {
   // One step of generate(): feeds the pending token, samples the next (it becomes pending).
   // nullopt when the context is full.
   std::optional<int32_t> next_token();
+  // Same step with `token` chosen by the caller instead of sampled (forced continuations such as
+  // an enforced tool call). The draws of later steps do not change: they are keyed by position.
+  std::optional<int32_t> force_token(int32_t token);
 
   // Puts the pending token into the sequence (e.g. before saving a session).
   void commit_pending();

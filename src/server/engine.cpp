@@ -3,6 +3,8 @@
 #include <chrono>
 
 #include "base/error.h"
+#include "vision/image_grid.h"
+#include "vision/image_prompt.h"
 
 namespace ds41 {
 
@@ -43,7 +45,11 @@ struct Engine::Slot {
   EngineRequest req;
   std::shared_ptr<RequestHandle> handle;
   std::unique_ptr<Generation> gen;
+  InputEmbeddings inputs;  // token types and span rows of an image prompt (empty: text only)
   size_t fed = 0;  // prompt tokens fed so far (cached prefix included)
+  size_t forced_at = 0;    // ids of req.forced emitted so far
+  bool forcing = false;    // the trigger was seen: emitting req.forced
+  std::vector<int32_t> tail;  // the last generated ids, as many as the trigger has
   int64_t generated = 0;
   double submitted_at = 0, last_token_at = 0;
 };
@@ -53,6 +59,7 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions opt)
   if (opt_.max_batch < 1) throw Error("max batch must be >= 1");
   if (opt_.prefill_chunk < 1) throw Error("prefill chunk must be >= 1");
   if (opt_.max_context <= 0 || opt_.max_context > model.config().max_seq_len) opt_.max_context = model.config().max_seq_len;
+  if (!opt_.prefix_cache_dir.empty()) prefix_cache_.enable_disk(model, opt_.prefix_cache_dir, opt_.prefix_cache_disk_bytes);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -70,11 +77,24 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
   if (req.prompt.empty()) throw Error("the prompt is empty");
   for (int32_t id : req.prompt)
     if (id < 0 || id >= c.vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
-  if (int64_t(req.prompt.size()) >= opt_.max_context)
-    throw Error("the prompt is " + std::to_string(req.prompt.size()) + " tokens; the context is " +
-                std::to_string(opt_.max_context) + " tokens");
+  // With images the prompt grows by each image's span (the placeholder becomes the whole span).
+  int64_t prompt_len = int64_t(req.prompt.size());
+  if (!req.images.empty()) {
+    if (!c.vision_enabled()) throw Error("this model has no vision encoder: images are not accepted");
+    int64_t placeholders = 0;
+    for (int32_t id : req.prompt) placeholders += id == c.image_token_id;
+    if (placeholders != int64_t(req.images.size()))
+      throw Error("the prompt has " + std::to_string(placeholders) + " image placeholder tokens for " +
+                  std::to_string(req.images.size()) + " images");
+    for (const RgbImage& im : req.images) prompt_len += plan_image_grid(im.width, im.height, c).span_length() - 1;
+  }
+  if (prompt_len >= opt_.max_context)
+    throw Error("the prompt is " + std::to_string(prompt_len) + " tokens" + (req.images.empty() ? "" : " with its images") +
+                "; the context is " + std::to_string(opt_.max_context) + " tokens");
   if (req.max_tokens < 0) throw Error("max_tokens must be >= 0");
-  req.max_tokens = std::min(req.max_tokens, opt_.max_context - int64_t(req.prompt.size()));
+  req.max_tokens = std::min(req.max_tokens, opt_.max_context - prompt_len);
+  for (int32_t id : req.forced)
+    if (id < 0 || id >= c.vocab_size) throw Error("forced token id " + std::to_string(id) + " is outside the vocabulary");
   Sampler check(req.sampling);  // throws on invalid options
   (void)check;
   auto h = std::make_shared<RequestHandle>();
@@ -134,11 +154,33 @@ bool Engine::step(Slot& s) {
     return false;
   };
   if (h.cancelled()) return finish(FinishReason::Cancelled);
+  if (!s.gen && !s.req.images.empty()) {
+    // The vision tower runs here, on the engine's threads, as one step of this request.
+    const double t0 = now_s();
+    ImagePrompt ip = build_image_prompt(model_, s.req.prompt, s.req.images, pool_);
+    s.req.prompt = std::move(ip.tokens);
+    s.inputs = std::move(ip.inputs);
+    metrics_.images += int64_t(s.req.images.size());
+    metrics_.vision_s = metrics_.vision_s + (now_s() - t0);
+    s.req.images.clear();
+    s.req.cache_prefix_at = 0;  // image spans keep the placeholder id: ids do not identify an image prompt
+  }
   const std::vector<int32_t>& prompt = s.req.prompt;
+  const bool has_images = !s.inputs.token_types.empty();
   if (!s.gen) {
-    // Admission: start from the longest cached prefix, if any.
+    // Admission: start from the longest cached prefix, if any. Cached prompts hold no image spans
+    // (never stored) and text never contains the image id, so a match ends before any image.
     std::optional<SequenceState> cached = prefix_cache_.lookup(prompt);
     ++metrics_.prefix_lookups;
+    metrics_.prefix_disk_hits = prefix_cache_.disk_hits();
+    if (cached && has_images) {
+      const int8_t* types = s.inputs.token_types.data();
+      for (int64_t i = 0; i < cached->pos; ++i)
+        if (types[i] != int8_t(TokenType::Text)) {
+          cached.reset();
+          break;
+        }
+    }
     if (cached) {
       ++metrics_.prefix_hits;
       s.fed = size_t(cached->pos);
@@ -155,13 +197,26 @@ bool Engine::step(Slot& s) {
     size_t end = std::min(prompt.size(), s.fed + size_t(opt_.prefill_chunk));
     const size_t boundary = size_t(s.req.cache_prefix_at);
     if (boundary > s.fed && boundary < end) end = boundary;
-    s.gen->feed(std::vector<int32_t>(prompt.begin() + long(s.fed), prompt.begin() + long(end)));
+    const std::vector<int32_t> part(prompt.begin() + long(s.fed), prompt.begin() + long(end));
+    if (has_images) {
+      const InputEmbeddings inputs = s.inputs.slice(int64_t(s.fed), int64_t(end), model_.config().dim);
+      s.gen->feed(part, 0, {}, &inputs);
+    } else {
+      s.gen->feed(part);
+    }
     s.fed = end;
     if (s.fed == boundary && boundary > 0) prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.gen->state());
     return true;
   }
   if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);
-  const std::optional<int32_t> tok = s.gen->next_token();
+  if (!s.forcing && s.forced_at == 0 && !s.req.forced.empty() && s.tail == s.req.force_trigger) s.forcing = true;
+  std::optional<int32_t> tok;
+  if (s.forcing) {
+    tok = s.gen->force_token(s.req.forced[s.forced_at]);
+    if (++s.forced_at == s.req.forced.size()) s.forcing = false;
+  } else {
+    tok = s.gen->next_token();
+  }
   if (!tok) return finish(FinishReason::ContextFull);
   const double t = now_s();
   if (s.generated == 0) {
@@ -174,6 +229,10 @@ bool Engine::step(Slot& s) {
   ++s.generated;
   ++metrics_.generated_tokens;
   h.push({EngineEvent::Kind::Token, *tok, FinishReason::Stop, {}});
+  if (!s.req.force_trigger.empty() && s.forced_at == 0) {
+    s.tail.push_back(*tok);
+    if (s.tail.size() > s.req.force_trigger.size()) s.tail.erase(s.tail.begin());
+  }
   for (int32_t stop : s.req.stop_ids)
     if (*tok == stop) return finish(FinishReason::Stop);
   if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);

@@ -21,6 +21,7 @@
 #include "runtime/generation.h"
 #include "runtime/sampler.h"
 #include "server/prefix_cache.h"
+#include "vision/image_decode.h"
 
 namespace ds41 {
 
@@ -30,6 +31,8 @@ struct EngineOptions {
   int max_batch = 8;                   // requests decoded concurrently; more wait in a queue
   int64_t prefill_chunk = 256;         // prompt tokens per step of one request
   int64_t prefix_cache_bytes = int64_t(1) << 30;
+  std::string prefix_cache_dir;        // spill evicted prefixes here (empty = memory only)
+  int64_t prefix_cache_disk_bytes = int64_t(8) << 30;
   int64_t max_context = 0;             // prompt + answer tokens per request (0 = the model's max_seq_len)
 };
 
@@ -41,6 +44,13 @@ struct EngineRequest {
   // Prompt length at which the state is saved in the prefix cache (0 = no save): the caller
   // picks a boundary a follow-up request will share (e.g. before the last assistant header).
   int64_t cache_prefix_at = 0;
+  // Decoded images, one per image placeholder id of `prompt`, in order. The engine runs the vision
+  // tower when the request starts and feeds the expanded prompt (image spans); such a prompt is
+  // never stored in the prefix cache (its ids do not identify the images).
+  std::vector<RgbImage> images;
+  // A forced continuation (tool_choice "required" or a named function): once the generated ids end
+  // with `force_trigger` (empty: right away), the ids of `forced` are emitted as if sampled, once.
+  std::vector<int32_t> force_trigger, forced;
 };
 
 struct EngineEvent {
@@ -76,7 +86,9 @@ class RequestHandle {
 struct EngineMetrics {
   std::atomic<int64_t> requests{0}, requests_finished{0}, requests_cancelled{0}, requests_failed{0};
   std::atomic<int64_t> prompt_tokens{0}, generated_tokens{0}, cached_prompt_tokens{0};
-  std::atomic<int64_t> prefix_hits{0}, prefix_lookups{0};
+  std::atomic<int64_t> prefix_hits{0}, prefix_lookups{0}, prefix_disk_hits{0};
+  std::atomic<int64_t> images{0};
+  std::atomic<double> vision_s{0};  // vision tower time, all requests
   std::atomic<int> active{0}, waiting{0};
   // Histograms (cumulative Prometheus buckets) of time to first token and time per output token.
   static constexpr int kBuckets = 12;
@@ -96,8 +108,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates (token range, context length, sampling options) and queues the request; throws
-  // ds41::Error for a request that cannot run.
+  // Validates (token range, context length with the images' spans, image placeholders, sampling
+  // options) and queues the request; throws ds41::Error for a request that cannot run.
   std::shared_ptr<RequestHandle> submit(EngineRequest req);
 
   const EngineMetrics& metrics() const { return metrics_; }

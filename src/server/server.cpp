@@ -8,9 +8,12 @@
 
 #include "base/error.h"
 #include "server/api_error.h"
+#include "server/data_url.h"
 #include "server/engine.h"
 #include "server/response_writer.h"
 #include "server/text_side.h"
+#include "vision/image_decode.h"
+#include "vision/image_grid.h"
 
 namespace ds41 {
 
@@ -120,9 +123,10 @@ struct Server::Impl {
       auto job = std::make_shared<Job>();
       job->req = r;
       job->prompt = text.render(r);
-      if (!job->prompt.images.empty()) throw bad_request("this model has no vision encoder: images are not accepted", "messages");
+      std::vector<RgbImage> images = decode_images(job->prompt);
       const int64_t ctx = engine.options().max_context;
-      const int64_t n_prompt = int64_t(job->prompt.ids.size());
+      int64_t n_prompt = int64_t(job->prompt.ids.size());
+      for (const RgbImage& im : images) n_prompt += plan_image_grid(im.width, im.height, engine.model().config()).span_length() - 1;
       if (n_prompt >= ctx)
         throw ApiError(400, "invalid_request_error",
                        "the prompt is " + std::to_string(n_prompt) + " tokens; this model's context is " + std::to_string(ctx) +
@@ -131,6 +135,10 @@ struct Server::Impl {
       EngineRequest er;
       er.prompt = job->prompt.ids;
       er.cache_prefix_at = job->prompt.cache_prefix_at;
+      er.images = std::move(images);
+      TextSide::ForcedContinuation fc = text.forced_tool_call(r);
+      er.force_trigger = std::move(fc.trigger);
+      er.forced = std::move(fc.forced);
       er.sampling = r.sampling;
       er.max_tokens = r.max_tokens < 0 ? ctx - n_prompt : std::min(r.max_tokens, ctx - n_prompt);
       er.stop_ids = text.stop_ids();
@@ -174,6 +182,33 @@ struct Server::Impl {
     }
   }
 
+  // The request's images, decoded here (on the HTTP thread, in parallel with the engine) as the
+  // reference's Pillow would; any failure is the client's: 400 naming the image.
+  std::vector<RgbImage> decode_images(const RenderedPrompt& p) const {
+    std::vector<RgbImage> out;
+    if (p.images.empty()) return out;
+    const ModelConfig& c = engine.model().config();
+    if (!c.vision_enabled()) throw bad_request("this model has no vision encoder: images are not accepted", "messages");
+    int64_t placeholders = 0;
+    for (int32_t id : p.ids) placeholders += id == c.image_token_id;
+    if (placeholders != int64_t(p.images.size()))
+      throw ApiError(500, "server_error",
+                     "the model's tokenizer does not encode the image placeholder <｜deepseek_image｜> as the image token id " +
+                         std::to_string(c.image_token_id) + ": this model directory cannot serve images");
+    for (size_t i = 0; i < p.images.size(); ++i) {
+      const std::string label = "image " + std::to_string(i + 1);
+      try {
+        const DataUrl d = parse_data_url(p.images[i]);
+        out.push_back(decode_image(d.bytes.data(), d.bytes.size(), label));
+        plan_image_grid(out.back().width, out.back().height, c);  // an extreme aspect ratio fails here
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        throw bad_request(what.rfind(label, 0) == 0 ? what : label + ": " + what, "messages");
+      }
+    }
+    return out;
+  }
+
   std::string metrics_text() const {
     const EngineMetrics& m = engine.metrics();
     std::ostringstream o;
@@ -189,9 +224,13 @@ struct Server::Impl {
     counter("ds41_requests_failed_total", "Requests that failed in the engine", m.requests_failed);
     counter("ds41_prompt_tokens_total", "Prompt tokens", m.prompt_tokens);
     counter("ds41_generated_tokens_total", "Generated tokens", m.generated_tokens);
+    counter("ds41_images_total", "Images encoded by the vision tower", m.images);
+    o << "# HELP ds41_vision_seconds_total Vision tower time\n# TYPE ds41_vision_seconds_total counter\nds41_vision_seconds_total "
+      << m.vision_s.load() << "\n";
     counter("ds41_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache", m.cached_prompt_tokens);
     counter("ds41_prefix_cache_lookups_total", "Prefix cache lookups", m.prefix_lookups);
     counter("ds41_prefix_cache_hits_total", "Prefix cache hits", m.prefix_hits);
+    counter("ds41_prefix_cache_disk_hits_total", "Prefix cache hits loaded back from the disk tier", m.prefix_disk_hits);
     counter("ds41_active_requests", "Requests being processed", m.active, "gauge");
     counter("ds41_waiting_requests", "Requests waiting for a slot", m.waiting, "gauge");
     counter("ds41_engine_steps_total", "Engine scheduling steps", m.steps);

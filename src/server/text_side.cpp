@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "server/api_error.h"
 #include "server/stop_matcher.h"
+#include "text/dsml_tokens.h"
 #include "text/prompt_encoder.h"
 #include "text/reply_parser.h"
 #include "text/stream_decoder.h"
@@ -129,6 +130,20 @@ RenderedPrompt TextSide::render(const ApiRequest& r) const {
       break;
     }
   return out;
+}
+
+TextSide::ForcedContinuation TextSide::forced_tool_call(const ApiRequest& r) const {
+  ForcedContinuation f;
+  if (r.kind == ApiKind::Completions || r.tools.empty() || (r.tool_choice != "required" && r.tool_choice.rfind("function:", 0) != 0))
+    return f;
+  // The answer's content starts after "</think>": the prompt's last token in chat mode, the
+  // model's own in thinking mode. Text after a special token encodes on its own, so these ids
+  // are the ones the block would have in context.
+  if (r.thinking) f.trigger = tok_->encode(std::string(dsml::kThinkEnd));
+  std::string text = "\n\n" + std::string(dsml::kCallsOpen) + "\n";
+  if (r.tool_choice != "required") text += std::string(dsml::kInvokeOpen) + " name=\"" + r.tool_choice.substr(9) + "\">\n";
+  f.forced = tok_->encode(text);
+  return f;
 }
 
 std::unique_ptr<ReplyDecoder> TextSide::reply_decoder(const ApiRequest& r) const {

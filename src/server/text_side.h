@@ -50,6 +50,13 @@ class TextSide {
 
   RenderedPrompt render(const ApiRequest& r) const;
   std::vector<int32_t> stop_ids() const;  // EOS
+  // tool_choice "required" / a named function: the tool-call block's opening (and the named
+  // invoke header) forced at the start of the answer's content — right away in chat mode, after
+  // the model's "</think>" in thinking mode. Empty `forced` for auto / none.
+  struct ForcedContinuation {
+    std::vector<int32_t> trigger, forced;
+  };
+  ForcedContinuation forced_tool_call(const ApiRequest& r) const;
   std::unique_ptr<ReplyDecoder> reply_decoder(const ApiRequest& r) const;
   const Tokenizer& tokenizer() const { return *tok_; }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
+#include "test_tokenizer_files.h"
 #include "../tiny_model.h"
 
 namespace ds41 {
@@ -208,25 +209,11 @@ TEST(Cli, RunTakesImagesForPlaceholderTokens) {
   if (!test::have_shared()) return;
   // -p: the V3 tokenizer has no <｜deepseek_image｜> (a clear error); with that token added as
   // id 129264 (as in V4.1), the encoder's placeholder becomes the image's span.
-  const std::string v3 = test::shared_dir() + "/assets/deepseek_v3_tokenizer/tokenizer.json";
+  const std::string v3 = test::v3_tokenizer_path();
   auto no_token = run_ds41("run " + m + " --tokenizer " + v3 + " -p Describe --image " + images + "rgb_3x2.png --max-tokens 1");
   EXPECT_EQ(no_token.status, 1);
   EXPECT_NE(no_token.err.find("does not encode <｜deepseek_image｜>"), std::string::npos) << no_token.err;
-  {
-    std::ifstream in(v3);
-    nlohmann::json t = nlohmann::json::parse(in);
-    // Added tokens take consecutive ids after the vocabulary (as in HF tokenizers): fill up to 129264.
-    auto added = [&](int64_t id, const std::string& content) {
-      t["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
-    };
-    int64_t next = 0;
-    for (const auto& a : t["added_tokens"]) next = std::max<int64_t>(next, a["id"].get<int64_t>() + 1);
-    next = std::max<int64_t>(next, int64_t(t["model"]["vocab"].size()));
-    for (int64_t id = next; id < 129264; ++id) added(id, "<｜filler_" + std::to_string(id) + "｜>");
-    added(129264, "<｜deepseek_image｜>");
-    std::ofstream(tmp / "tok.json") << t.dump();
-  }
+  test::write_v3_tokenizer_with_image_token(tmp / "tok.json");
   auto p = run_ds41("run " + m + " --tokenizer " + tmp / "tok.json" + " -p Describe --image " + images +
                     "rgb_3x2.png --max-tokens 1 --json");
   ASSERT_EQ(p.status, 0) << p.err;
