@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/hyper_connection.h"
@@ -28,13 +29,16 @@ void dspark_attention(ForwardContext& ctx, const LayerPlan& lp, const BlockWeigh
   const std::vector<float>& inv_freq = ctx.inv_freq_plain;  // ratio 0: theta 10000, no YaRN (§B.1)
   const LayerState& ls = ctx.state.layers[lp.id];
 
-  std::vector<int64_t> positions(static_cast<size_t>(B));
-  std::vector<float> cs(size_t(B) * (R / 2)), sn(size_t(B) * (R / 2));
+  DS41_SCRATCH(int64_t, positions, B);
+  DS41_SCRATCH(float, cs, int64_t(B) * (R / 2));
+  DS41_SCRATCH(float, sn, int64_t(B) * (R / 2));
   for (int k = 0; k < B; ++k) {
     positions[size_t(k)] = ctx.pos(k);
     rope_cos_sin_row(inv_freq.data(), int(R / 2), ctx.pos(k), cs.data() + k * (R / 2), sn.data() + k * (R / 2));
   }
-  std::vector<uint16_t> qa(size_t(B) * Q), qr(size_t(B) * Q), q(size_t(B) * H * Dh);
+  DS41_SCRATCH(uint16_t, qa, int64_t(B) * Q);
+  DS41_SCRATCH(uint16_t, qr, int64_t(B) * Q);
+  DS41_SCRATCH(uint16_t, q, int64_t(B) * H * Dh);
   linear_fp8(x, B, w.wq_a, qa.data(), ctx.pool);
   rmsnorm_rows(qa.data(), w.q_norm, B, Q, float(c.norm_eps), qr.data());
   linear_fp8(qr.data(), B, w.wq_b, q.data(), ctx.pool);
@@ -42,24 +46,25 @@ void dspark_attention(ForwardContext& ctx, const LayerPlan& lp, const BlockWeigh
     for (int64_t h = 0; h < H; ++h)
       rope_apply(q.data() + (k * H + h) * Dh + (Dh - R), cs.data() + k * (R / 2), sn.data() + k * (R / 2), int(R), false);
 
-  std::vector<uint16_t> kv(size_t(B) * Dh);
-  std::vector<uint8_t> codes(size_t(B) * Dh);
-  std::vector<float> scales(size_t(B) * (Dh / 32));
+  DS41_SCRATCH(uint16_t, kv, int64_t(B) * Dh);
+  DS41_SCRATCH(uint8_t, codes, int64_t(B) * Dh);
+  DS41_SCRATCH(float, scales, int64_t(B) * (Dh / 32));
   window_kv_rows(c, w, x, B, positions.data(), inv_freq, ctx.pool, kv.data(), codes.data(), scales.data());
 
   const int64_t t = ctx.start - 1;
   const int64_t lo = std::max(ctx.state.dspark_start, t - (W - 1));
   const int64_t n_ring = t - lo + 1;
-  std::vector<uint16_t> ring(size_t(n_ring) * Dh);
+  DS41_SCRATCH_CAP(uint16_t, ring, n_ring * Dh, W * Dh);  // planned: a full window
   for (int64_t i = 0; i < n_ring; ++i) ring_row_bf16(ls, Dh, (lo + i) % W, ring.data() + i * Dh);
-  std::vector<const uint16_t*> rows;
+  DS41_SCRATCH_EMPTY(const uint16_t*, rows);
+  scratch_reserve(rows, size_t(W + B));
   for (int64_t i = 0; i < n_ring; ++i) rows.push_back(ring.data() + i * Dh);
   for (int k = 0; k < B; ++k) rows.push_back(kv.data() + k * Dh);
 
-  std::vector<uint16_t> o(size_t(B) * H * Dh);
+  DS41_SCRATCH(uint16_t, o, int64_t(B) * H * Dh);
   const float softmax_scale = float(std::pow(double(Dh), -0.5));
   parallel_for(ctx.pool, B, [&](int64_t k0, int64_t k1) {
-    std::vector<float> scratch(size_t(sparse_attention_scratch_floats(Dh)));
+    DS41_SCRATCH(float, scratch, sparse_attention_scratch_floats(Dh));
     for (int64_t k = k0; k < k1; ++k) {
       sparse_attention_row(q.data() + k * H * Dh, int(H), Dh, rows.data(), int(rows.size()), w.attn_sink, softmax_scale,
                            o.data() + k * H * Dh, scratch.data());

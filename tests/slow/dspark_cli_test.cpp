@@ -82,11 +82,87 @@ TEST(DsparkCli, GreedyRunEqualsPlainRunAndReportsStatistics) {
 }
 
 TEST(DsparkCli, SeededSamplingIsReproducible) {
-  const std::string cmd = "run -m " + model_dir() + " --tokens " + kPrompt +
-                          " --max-tokens 16 --threads 2 --json --dspark --temp 0.9 --top-p 0.95 --seed ";
-  auto a = run_ds41(cmd + "4"), b = run_ds41(cmd + "4");
+  const std::string base = "run -m " + model_dir() + " --tokens " + kPrompt +
+                           " --max-tokens 16 --threads 2 --json --temp 0.9 --top-p 0.95 --repeat-penalty 1.2 --seed 4";
+  auto a = run_ds41(base + " --dspark"), b = run_ds41(base + " --dspark"), plain = run_ds41(base);
   ASSERT_EQ(a.status, 0) << a.err;
-  EXPECT_EQ(nlohmann::json::parse(a.out)["generated"], nlohmann::json::parse(b.out)["generated"]);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const auto ja = nlohmann::json::parse(a.out);
+  EXPECT_EQ(ja["generated"], nlohmann::json::parse(b.out)["generated"]);
+  // The first token is drawn from the prefill's logits with the key plain sampling uses (its
+  // position): the same token. Later ones follow the same law, not the same draws.
+  EXPECT_EQ(ja["generated"][0], nlohmann::json::parse(plain.out)["generated"][0]);
+}
+
+// Greedy with penalties: the target's choice is the penalised argmax, over the sequence so far
+// (prompt, accepted drafts), exactly as plain decoding takes it.
+TEST(DsparkCli, GreedyWithPenaltiesEqualsPlainRun) {
+  const std::string base = "run -m " + model_dir() + " --tokens " + kPrompt +
+                           " --max-tokens 20 --threads 2 --json --repeat-penalty 1.6 --presence-penalty 0.8 --frequency-penalty 0.3";
+  auto plain = run_ds41(base), spec = run_ds41(base + " --dspark");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(s["generated"], p["generated"]);
+  EXPECT_EQ(s["steps"], p["steps"]);
+  EXPECT_GT(s["dspark"]["cycles"].get<int>(), 0);
+}
+
+// A CED prefill (prompt longer than the 128-token window): the drafter's rings take the last
+// window of the narrowed call; the target's tokens are CED decoding's.
+TEST(DsparkCli, CedPrefillGivesPlainCedTokens) {
+  std::string prompt = "0";
+  for (int i = 1; i < 150; ++i) {
+    prompt += ',';
+    prompt += std::to_string(3 + (i * 37) % 480);
+  }
+  const std::string base = "run -m " + model_dir() + " --tokens " + prompt + " --prefill ced --max-tokens 12 --threads 2 --json";
+  auto plain = run_ds41(base), spec = run_ds41(base + " --dspark");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(s["generated"], p["generated"]);
+  EXPECT_EQ(s["steps"], p["steps"]);
+  // The full prefill gives other numbers (CED is an approximation): the option did reach the model.
+  auto full = run_ds41("run -m " + model_dir() + " --tokens " + prompt + " --max-tokens 12 --threads 2 --json --dspark");
+  ASSERT_EQ(full.status, 0) << full.err;
+  EXPECT_NE(nlohmann::json::parse(full.out)["steps"], s["steps"]);
+}
+
+// Image spans in the prompt (the tiny preset has a vision tower and a DSpark head).
+TEST(DsparkCli, ImagePromptGivesPlainTokens) {
+  const std::string images = std::string(DS41_SOURCE_DIR) + "/tests/data/vision/images/";
+  // Chunked (the calls after the first cut through the image span): with the reference's index-key
+  // reading a chunk at start_pos > 0 follows decode, so both runs chunk alike.
+  const std::string base = "run -m " + test::tiny_model_dir(true) + " --tokens 0,129264,5,9 --image " + images +
+                           "rgb_3x2.png --max-tokens 8 --threads 2 --json --chunk 50";
+  auto plain = run_ds41(base), spec = run_ds41(base + " --dspark");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(s["prompt"], p["prompt"]);
+  EXPECT_EQ(s["generated"], p["generated"]);
+  EXPECT_EQ(s["steps"], p["steps"]);
+}
+
+// -p: the prompt format, the streamed reply and its JSON are the same with --dspark.
+TEST(DsparkCli, TextPromptGivesPlainReply) {
+  if (!test::have_shared()) GTEST_SKIP() << "needs ../shared (V3 tokenizer)";
+  const std::string v3 = test::shared_dir() + "/assets/deepseek_v3_tokenizer/tokenizer.json";
+  const std::string base = "run -m " + test::tiny_model_dir(true) + " --tokenizer " + v3 +
+                           " -p 'Hello there' --max-tokens 10 --threads 2 --json";
+  auto plain = run_ds41(base), spec = run_ds41(base + " --dspark");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(s["prompt"], p["prompt"]);
+  EXPECT_EQ(s["generated"], p["generated"]);
+  EXPECT_EQ(s["content"], p["content"]);
+  EXPECT_EQ(s["finish_reason"], p["finish_reason"]);
+  ASSERT_TRUE(s.contains("dspark"));
+  auto text = run_ds41("run -m " + test::tiny_model_dir(true) + " --tokenizer " + v3 + " -p 'Hello there' --max-tokens 4 --threads 2 --dspark");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.err.find("dspark: "), std::string::npos) << text.err;
 }
 
 TEST(DsparkCli, SessionSavedAfterDsparkContinuesLikeOneSavedWithoutIt) {

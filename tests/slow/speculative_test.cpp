@@ -415,8 +415,10 @@ TEST(DSparkSpeculative, DISABLED_GreedySweepFiftyPromptsThreeHundredTokens) {
 // acceptances, rejections with residual draws and bonus tokens all occur. From a fixed context
 // and pending token, the next `depth` tokens a speculative run emits (over `runs` seeds, up to 2
 // drafts per cycle) must follow plain sampling's law p(a) p(b | a) ..., computed exactly from
-// plain forward calls over every prefix. A run that emits EOS stops there (its own cell).
-void check_sampled_law(int depth, int runs) {
+// plain forward calls over every prefix. A run that emits EOS stops there (its own cell). With
+// `penalties`, repetition and presence penalties make every step's law depend on the tokens
+// before it (the sequence's history, as plain sampling sees it).
+void check_sampled_law(int depth, int runs, bool penalties = false) {
   ModelConfig c = spec_config(1, 4096);
   c.vocab_size = 4;
   c.dspark_noise_token_id = 3;
@@ -434,6 +436,10 @@ void check_sampled_law(int depth, int runs) {
   const int32_t pending = 2, eos = 1;
   SamplerOptions so;
   so.temperature = 1.5;
+  if (penalties) {
+    so.repetition_penalty = 1.8;
+    so.presence_penalty = 0.7;
+  }
   const Sampler sampler(so);
 
   SequenceState base = m->new_sequence();
@@ -447,7 +453,8 @@ void check_sampled_law(int depth, int runs) {
   std::map<std::vector<int32_t>, double> law;
   std::function<void(SequenceState, int32_t, std::vector<int32_t>, double)> expand =
       [&](SequenceState st, int32_t next, std::vector<int32_t> seq, double prob) {
-        const std::vector<float> w = sampler.probabilities(m->forward(st, {next}, {}, &pool).data(), 4);
+        const std::vector<float> logits = m->forward(st, {next}, {}, &pool);
+        const std::vector<float> w = sampler.probabilities(logits.data(), 4, st.token_history);
         double sum = 0;
         for (float v : w) sum += v;
         for (int32_t t = 0; t < 4; ++t) {
@@ -512,6 +519,33 @@ void check_sampled_law(int depth, int runs) {
 }
 
 TEST(DSparkSpeculative, SampledNextTwoTokensFollowPlainSamplingOnATinyVocabulary) { check_sampled_law(2, 1200); }
+TEST(DSparkSpeculative, SampledTokensWithPenaltiesFollowPlainPenalisedSampling) { check_sampled_law(2, 1200, true); }
+
+// Calls that cannot be cut back row by row are refused while a journal is attached.
+TEST(DSparkSpeculative, JournaledCallsRefuseBoundedReplayAndNarrowingCed) {
+  const Model& m = spec_model();
+  ThreadPool pool(2);
+  const std::vector<int32_t> prompt = random_prompt(140, 5);  // longer than the 128-token window
+  SequenceState st = m.new_sequence();
+  StateJournal journal;
+  st.journal = &journal;
+  ForwardOptions ced;
+  ced.prefill = PrefillMode::Ced;
+  EXPECT_THROW(m.forward(st, prompt, ced, &pool), Error);
+  ForwardOptions replay;
+  replay.bounded_replay = true;
+  EXPECT_THROW(m.forward(st, prompt, replay, &pool), Error);
+  EXPECT_EQ(st.pos, 0);
+  EXPECT_TRUE(st.token_history.empty());
+  EXPECT_TRUE(journal.writes.empty());
+  // A short CED call does not narrow: it is journaled like any other.
+  st.journal = nullptr;
+  m.forward(st, prompt, {}, &pool);
+  st.journal = &journal;
+  EXPECT_NO_THROW(m.forward(st, {5, 6, 7}, ced, &pool));
+  m.rollback(st, int64_t(prompt.size()));
+  EXPECT_EQ(st.pos, int64_t(prompt.size()));
+}
 
 // The full version (about 10 CPU-minutes): the next 3 tokens over 20,000 seeded runs.
 TEST(DSparkSpeculative, DISABLED_SampledNextThreeTokensTwentyThousandRuns) { check_sampled_law(3, 20000); }
