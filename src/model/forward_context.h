@@ -4,7 +4,7 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "model/model.h"
@@ -64,7 +64,19 @@ struct BlockScratch {
 // [S][dim]) then the MoE sublayer, each between hc_pre / hc_post. X [S][hc][dim] is updated in
 // place; a_in [S][hc] is the incoming pre-mix and becomes the FFN's pre-mix for the next block.
 // The DSpark stages run the same recipe with their own attention.
-using AttentionBody = std::function<void(const uint16_t* x, uint16_t* y)>;
+// A non-owning reference to the body (a std::function would allocate for a lambda capturing
+// three references, on every layer of every decode step).
+class AttentionBody {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, AttentionBody>>>
+  AttentionBody(const F& f)  // NOLINT: implicit, so that a lambda can be passed directly
+      : body_(&f), call_([](const void* b, const uint16_t* x, uint16_t* y) { (*static_cast<const F*>(b))(x, y); }) {}
+  void operator()(const uint16_t* x, uint16_t* y) const { call_(body_, x, y); }
+
+ private:
+  const void* body_;
+  void (*call_)(const void*, const uint16_t*, uint16_t*);
+};
 void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, uint16_t* X, std::vector<float>& a_in,
                BlockScratch& s, const AttentionBody& attention);
 
