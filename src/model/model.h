@@ -132,6 +132,14 @@ class Model {
                     const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks = nullptr,
                     const InputEmbeddings* inputs = nullptr) const;
 
+  // One decode step of several sequences in one pass: tokens[b] at states[b]->pos, for each b;
+  // logits [B][vocab]. The linears, MoE experts and Engram run once over all rows, attention per
+  // sequence; each row's logits and state equal a one-token forward_into of its sequence bit for
+  // bit (tests/slow/batch_forward_test.cpp). Text tokens only; no hooks, replay, CED, drafter
+  // capture or journaled (speculative) sequences; each sequence at most once.
+  void forward_batch(std::vector<float>& logits, const std::vector<SequenceState*>& states,
+                     const std::vector<int32_t>& tokens, const ForwardOptions& opt, ThreadPool* pool) const;
+
   // Rebuilds every layer's window ring of a sequence whose global caches are complete but whose
   // rings are not (a compact session): re-runs its last min(window_size, pos) tokens — which the
   // state's history must hold — as a bounded replay (model/replay.cpp). When pos <= window the

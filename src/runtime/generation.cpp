@@ -74,6 +74,33 @@ void Generation::commit_pending() {
   model_.forward_into(logits_, state_, step_token_, forward_, pool_);
 }
 
+void Generation::commit_pending_together(const std::vector<Generation*>& gens) {
+  std::vector<Generation*> todo;
+  for (Generation* g : gens)
+    if (g->pending_) todo.push_back(g);
+  if (todo.size() <= 1) {
+    for (Generation* g : todo) g->commit_pending();
+    return;
+  }
+  const Generation& first = *todo[0];
+  std::vector<SequenceState*> states;
+  std::vector<int32_t> tokens;
+  for (Generation* g : todo) {
+    if (&g->model_ != &first.model_ || g->pool_ != first.pool_ ||
+        g->forward_.corrected_index_keys != first.forward_.corrected_index_keys || g->forward_.prefill != first.forward_.prefill)
+      throw Error("commit_pending_together: the generations differ in model, pool or numerics options");
+    states.push_back(&g->state_);
+    tokens.push_back(*g->pending_);
+  }
+  static thread_local std::vector<float> logits;
+  first.model_.forward_batch(logits, states, tokens, first.forward_, first.pool_);
+  const size_t V = size_t(first.model_.config().vocab_size);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    todo[i]->logits_.assign(logits.begin() + long(i * V), logits.begin() + long((i + 1) * V));
+    todo[i]->pending_.reset();
+  }
+}
+
 std::optional<int32_t> Generation::next_token() {
   if (logits_.empty()) throw Error("generate: nothing has been fed yet");
   // The next token goes to position length(); it must fit the context to be fed later.

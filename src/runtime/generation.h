@@ -72,6 +72,10 @@ class Generation {
 
   // Puts the pending token into the sequence (e.g. before saving a session).
   void commit_pending();
+  // Batched decoding (the server): puts the pending tokens of `gens` (one model, one pool, the
+  // same numerics options) into their sequences with one Model::forward_batch; each generation's
+  // next next_token() then only samples. Same logits and states as committing one by one.
+  static void commit_pending_together(const std::vector<Generation*>& gens);
 
   const SequenceState& state() const { return state_; }
   SequenceState& state() { return state_; }

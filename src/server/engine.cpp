@@ -128,6 +128,22 @@ void Engine::run() {
     metrics_.active = int(active.size());
     ++metrics_.steps;
     metrics_.step_rows += int64_t(active.size());
+    // Decode steps of every request that will sample this round go through the model together
+    // (one pass over the weights for all of them); each step() below then only samples.
+    std::vector<Generation*> decoding;
+    for (auto& s : active)
+      if (s->gen && s->gen->pending() && s->fed == s->req.prompt.size() && s->generated < s->req.max_tokens &&
+          !s->handle->cancelled() && s->gen->length() < model_.config().max_seq_len)
+        decoding.push_back(s->gen.get());
+    if (decoding.size() > 1) {
+      try {
+        Generation::commit_pending_together(decoding);
+        metrics_.batched_rows += int64_t(decoding.size());
+        ++metrics_.batched_steps;
+      } catch (const std::exception&) {
+        // Left pending: each request commits its own token in step() and reports its own error.
+      }
+    }
     for (size_t i = 0; i < active.size();) {
       bool keep = false;
       try {

@@ -97,6 +97,7 @@ struct EngineMetrics {
   std::atomic<double> ttft_sum{0}, tpot_sum{0};
   std::atomic<int64_t> ttft_n{0}, tpot_n{0};
   std::atomic<int64_t> steps{0}, step_rows{0};  // engine steps and requests served per step
+  std::atomic<int64_t> batched_steps{0}, batched_rows{0};  // decode passes shared by several requests
   void observe_ttft(double s);
   void observe_tpot(double s);
 };

@@ -235,6 +235,8 @@ struct Server::Impl {
     counter("ds41_waiting_requests", "Requests waiting for a slot", m.waiting, "gauge");
     counter("ds41_engine_steps_total", "Engine scheduling steps", m.steps);
     counter("ds41_engine_step_requests_total", "Sum over steps of the requests served in the step (batch size)", m.step_rows);
+    counter("ds41_batched_decode_passes_total", "Forward passes that decoded several requests together", m.batched_steps);
+    counter("ds41_batched_decode_rows_total", "Tokens decoded in those passes", m.batched_rows);
     auto histogram = [&](const char* name, const char* help, const std::atomic<int64_t>* counts, double sum, int64_t n) {
       o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
       for (int i = 0; i < EngineMetrics::kBuckets; ++i)

@@ -312,7 +312,7 @@ TEST_F(ServerTest, ImagesInChatAndMessagesMatchTheDirectPath) {
   const json j = json::parse(r->body);
   const std::string content = j["choices"][0]["message"]["content"];
 
-  // The direct path: render, vision tower, one prefill call, greedy tokens.
+  // The direct path: render, vision tower, prefill, greedy tokens.
   ApiDefaults d;
   d.sampling.temperature = 0;
   d.max_images = 2;
@@ -325,7 +325,9 @@ TEST_F(ServerTest, ImagesInChatAndMessagesMatchTheDirectPath) {
   SamplerOptions greedy;
   greedy.temperature = 0;
   Generation g(*model_, model_->new_sequence(), Sampler(greedy), pool_);
-  g.feed(ip.tokens, 0, {}, &ip.inputs);
+  // In the engine's chunks (prefill_chunk 64): with the reference's index-key reading a call at
+  // start_pos > 0 reads keys as decode does, so the call pattern is part of the computation.
+  g.feed(ip.tokens, 64, {}, &ip.inputs);
   std::vector<int32_t> ids;
   GenerationLimits lim;
   lim.max_tokens = 6;
@@ -429,7 +431,7 @@ TEST_F(ServerTest, ForcedToolCallIsEmittedAndDecodingContinuesFromIt) {
     SamplerOptions greedy;
     greedy.temperature = 0;
     Generation g(*model_, model_->new_sequence(), Sampler(greedy), pool_);
-    g.feed(prompt);
+    g.feed(prompt, 64);  // the engine's prefill chunks
     for (int32_t t : expect) g.feed({t});
     for (size_t i = expect.size(); i < got.size(); ++i) EXPECT_EQ(got[i], *g.next_token()) << i << " trigger " << trigger_len;
   }
