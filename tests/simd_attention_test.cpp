@@ -38,7 +38,8 @@ std::vector<uint16_t> random_bf16(std::mt19937& rng, int64_t n, float sigma) {
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  // memcmp on empty vectors would pass null pointers (undefined, flagged by UBSan)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 struct AttnCase {
@@ -214,7 +215,8 @@ TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
         switch ((t + k) % 3) {
           case 0: v = big = t + 2 < n ? normal(rng) * std::ldexp(1.0f, 40) : normal(rng); break;
           case 1: v = normal(rng); break;
-          default: v = -big * bf16_to_f32(X[size_t(t - 2)]) / bf16_to_f32(X[size_t(t)]); break;
+          // (t < 2: no big weight yet in this row, and X[t - 2] would be out of bounds)
+          default: v = t >= 2 ? -big * bf16_to_f32(X[size_t(t - 2)]) / bf16_to_f32(X[size_t(t)]) : -big; break;
         }
       }
     }
