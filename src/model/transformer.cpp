@@ -18,6 +18,17 @@
 
 namespace ds41 {
 
+namespace {
+
+// Whether a call reads index keys row by row as decode does (ForwardContext::publisher_before_row):
+// only journaled calls (speculative verification) at start_pos > 0 with the reference's reading.
+// Other calls read at call level, so a chunked prefill reads as a one-call prefill does.
+bool rowwise_key_reading(const ForwardOptions& opt, const SequenceState& state) {
+  return state.journal && state.pos > 0 && !opt.corrected_index_keys;
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& progress) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir + ": not a directory (expected a checkpoint directory)");
   std::unique_ptr<Model> m(new Model());
@@ -125,11 +136,11 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
     state.journal->publisher_before = state.index_k_publisher;
   }
 
-  // With the reference's index-key reading, a call at start_pos > 0 reproduces decode row by row;
-  // a row that would need index keys a later layer has not written yet in this call starts a new
-  // call (only early in a sequence: see reference_rowwise_rows). A bounded replay's caches hold
-  // every key already, so it never needs one.
-  const int64_t fits = state.pos > 0 && !opt.corrected_index_keys && !opt.bounded_replay
+  // With the reference's index-key reading, a journaled call at start_pos > 0 (speculative
+  // verification) reproduces decode row by row; a row that would need index keys a later layer
+  // has not written yet in this call starts a new call (only early in a sequence: see
+  // reference_rowwise_rows).
+  const int64_t fits = rowwise_key_reading(opt, state)
                            ? reference_rowwise_rows(plan_, state.index_k_publisher, state.pos, S)
                            : int64_t(S);
   if (fits < S) {
@@ -199,16 +210,19 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
   ctx.candidates.swap(candidates_store);
   ctx.topk.resize(plan_.layers.size());
   if (opt.bounded_replay) begin_bounded_replay(ctx);
-  // After a prefill the publisher is whatever the call's layers published last (the reference's
-  // prefill); at start_pos > 0 it follows decode row by row.
+  // The publisher after an ordinary call is whatever its layers published last (the reference's
+  // prefill; single-token decode too). A journaled call at start_pos > 0 follows decode row by
+  // row, so that it can be cut back to any prefix (rollback recomputes the publisher that way).
+  const bool journaled = state.journal && state.pos > 0;
   int publisher_after_call = state.index_k_publisher;
   static thread_local std::vector<int> publisher_store;
   ctx.publisher_before_row.swap(publisher_store);
   ctx.publisher_before_row.clear();
-  if (state.pos > 0) {
-    if (!opt.corrected_index_keys) ctx.publisher_before_row.resize(size_t(S));
+  if (journaled) {
+    const bool rowwise = rowwise_key_reading(opt, state);
+    if (rowwise) ctx.publisher_before_row.resize(size_t(S));
     for (int s = 0; s < S; ++s) {
-      if (!opt.corrected_index_keys) ctx.publisher_before_row[size_t(s)] = publisher_after_call;
+      if (rowwise) ctx.publisher_before_row[size_t(s)] = publisher_after_call;
       publisher_after_call = reference_publisher_after(plan_, publisher_after_call, state.pos + s);
     }
   }
@@ -285,7 +299,7 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
   logits.resize(size_t(rows) * c.vocab_size);
   linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
 
-  if (state.pos > 0) state.index_k_publisher = publisher_after_call;
+  if (journaled) state.index_k_publisher = publisher_after_call;
   state.pos += int64_t(tokens.size());
   state.token_history.insert(state.token_history.end(), tokens.begin(), tokens.end());
   topk_store.swap(ctx.topk);

@@ -132,8 +132,7 @@ TEST(DsparkCli, CedPrefillGivesPlainCedTokens) {
 // Image spans in the prompt (the tiny preset has a vision tower and a DSpark head).
 TEST(DsparkCli, ImagePromptGivesPlainTokens) {
   const std::string images = std::string(DS41_SOURCE_DIR) + "/tests/data/vision/images/";
-  // Chunked (the calls after the first cut through the image span): with the reference's index-key
-  // reading a chunk at start_pos > 0 follows decode, so both runs chunk alike.
+  // Chunked: the calls after the first cut through the image span (InputEmbeddings sliced).
   const std::string base = "run -m " + test::tiny_model_dir(true) + " --tokens 0,129264,5,9 --image " + images +
                            "rgb_3x2.png --max-tokens 8 --threads 2 --json --chunk 50";
   auto plain = run_ds41(base), spec = run_ds41(base + " --dspark");

@@ -331,7 +331,7 @@ TEST(DSparkSpeculative, RollbackToEveryPrefixOfAChunkEqualsDecoding) {
 
 TEST(DSparkSpeculative, ReferenceKeyChunksEarlyInASequenceAreSplitAndStillEqualDecode) {
   // At start 1..3 a row of layer 2 would need index keys layer 4 writes later in the same call:
-  // the call is split, and the result still equals token-by-token decoding.
+  // the (journaled) call is split, and the result still equals token-by-token decoding.
   const Model& m = spec_model();
   const auto tokens = random_prompt(12, 7);
   for (int start : {1, 2, 3}) {
@@ -340,7 +340,10 @@ TEST(DSparkSpeculative, ReferenceKeyChunksEarlyInASequenceAreSplitAndStillEqualD
     all.all_logits = true;
     m.forward(a, std::vector<int32_t>(tokens.begin(), tokens.begin() + start), fo, nullptr);
     m.forward(b, std::vector<int32_t>(tokens.begin(), tokens.begin() + start), fo, nullptr);
+    StateJournal journal;  // a verify call: the journal selects decode's row-by-row reading
+    a.journal = &journal;
     const auto chunk = m.forward(a, std::vector<int32_t>(tokens.begin() + start, tokens.end()), all, nullptr);
+    a.journal = nullptr;
     for (size_t p = size_t(start); p < tokens.size(); ++p) {
       const auto row = m.forward(b, {tokens[p]}, fo, nullptr);
       ASSERT_EQ(0, std::memcmp(chunk.data() + (p - size_t(start)) * 512, row.data(), 512 * 4)) << "start " << start << " pos " << p;
