@@ -40,6 +40,9 @@ int cmd_serve(int argc, char** argv) {
       {"prefix-cache-dir", "DIR", "spill prefixes evicted from memory to DIR (exact session files; reused after a restart)", ""},
       {"prefix-cache-disk-mb", "N", "disk space for spilled prefixes", "8192"},
       {"max-images", "N", "images accepted per request", "8"},
+      {"dspark", "", "speculative decoding with the checkpoint's DSpark drafter (greedy answers unchanged)", ""},
+      {"draft-tokens", "N", "DSpark drafts per cycle (0 = the model's block size)", "0"},
+      {"dspark-confidence", "C", "cut a draft below this cumulative confidence (0 = never)", "0"},
       {"think", "", "answer in thinking mode unless a request says otherwise", ""},
       {"effort", "N", "default reasoning effort (low, high, max or 1-100)", "high"},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
@@ -66,6 +69,9 @@ int cmd_serve(int argc, char** argv) {
   eo.prefill_chunk = args.get_int("prefill-chunk", 256);
   eo.prefix_cache_bytes = args.get_int("prefix-cache-mb", 1024) << 20;
   eo.prefix_cache_dir = args.get_or("prefix-cache-dir", "");
+  eo.dspark = args.flag("dspark");
+  eo.draft_tokens = int(args.get_int("draft-tokens", 0));
+  eo.dspark_confidence = args.get_double("dspark-confidence", 0.0);
   eo.prefix_cache_disk_bytes = args.get_int("prefix-cache-disk-mb", 8192) << 20;
   if (eo.prefix_cache_bytes < 0 || eo.prefix_cache_disk_bytes < 0) throw Error("prefix cache sizes must be >= 0");
   so.http_threads = std::max(64, eo.max_batch * 4);

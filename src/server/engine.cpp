@@ -1,8 +1,10 @@
 #include "server/engine.h"
 
 #include <chrono>
+#include <optional>
 
 #include "base/error.h"
+#include "runtime/speculative.h"
 #include "vision/image_grid.h"
 #include "vision/image_prompt.h"
 
@@ -44,7 +46,15 @@ void RequestHandle::push(EngineEvent ev) {
 struct Engine::Slot {
   EngineRequest req;
   std::shared_ptr<RequestHandle> handle;
-  std::unique_ptr<Generation> gen;
+  bool started = false;
+  std::unique_ptr<Generation> gen;  // plain decoding
+  // DSpark decoding: the sequence, its decoder, the last prefill's logits, the pending token (the
+  // last one emitted, not yet consumed) and the tokens of the current cycle not yet streamed.
+  std::unique_ptr<SequenceState> spec_state;
+  std::unique_ptr<SpeculativeDecoder> spec;
+  std::vector<float> spec_logits;
+  std::optional<int32_t> spec_pending;
+  std::deque<int32_t> spec_out;
   InputEmbeddings inputs;  // token types and span rows of an image prompt (empty: text only)
   size_t fed = 0;  // prompt tokens fed so far (cached prefix included)
   size_t forced_at = 0;    // ids of req.forced emitted so far
@@ -59,6 +69,10 @@ Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions opt)
   if (opt_.max_batch < 1) throw Error("max batch must be >= 1");
   if (opt_.prefill_chunk < 1) throw Error("prefill chunk must be >= 1");
   if (opt_.max_context <= 0 || opt_.max_context > model.config().max_seq_len) opt_.max_context = model.config().max_seq_len;
+  if (opt_.dspark && !model.has_dspark()) throw Error("--dspark: this checkpoint has no DSpark drafter (mtp.* tensors)");
+  if (opt_.draft_tokens < 0 || opt_.draft_tokens > model.config().dspark_block_size)
+    throw Error("--draft-tokens must be in 0.." + std::to_string(model.config().dspark_block_size));
+  if (!(opt_.dspark_confidence >= 0.0 && opt_.dspark_confidence <= 1.0)) throw Error("--dspark-confidence must be in [0, 1]");
   if (!opt_.prefix_cache_dir.empty()) prefix_cache_.enable_disk(model, opt_.prefix_cache_dir, opt_.prefix_cache_disk_bytes);
   thread_ = std::thread([this] { run(); });
 }
@@ -164,13 +178,19 @@ void Engine::run() {
 bool Engine::step(Slot& s) {
   RequestHandle& h = *s.handle;
   auto finish = [&](FinishReason r) {
+    if (s.spec) {
+      const SpeculativeStats& st = s.spec->stats();
+      metrics_.dspark_cycles += st.cycles;
+      metrics_.dspark_drafted += st.drafted;
+      metrics_.dspark_accepted += st.accepted;
+    }
     if (r == FinishReason::Cancelled) ++metrics_.requests_cancelled;
     else ++metrics_.requests_finished;
     h.push({EngineEvent::Kind::Done, -1, r, {}});
     return false;
   };
   if (h.cancelled()) return finish(FinishReason::Cancelled);
-  if (!s.gen && !s.req.images.empty()) {
+  if (!s.started && !s.req.images.empty()) {
     // The vision tower runs here, on the engine's threads, as one step of this request.
     const double t0 = now_s();
     ImagePrompt ip = build_image_prompt(model_, s.req.prompt, s.req.images, pool_);
@@ -183,7 +203,8 @@ bool Engine::step(Slot& s) {
   }
   const std::vector<int32_t>& prompt = s.req.prompt;
   const bool has_images = !s.inputs.token_types.empty();
-  if (!s.gen) {
+  if (!s.started) {
+    s.started = true;
     // Admission: start from the longest cached prefix, if any. Cached prompts hold no image spans
     // (never stored) and text never contains the image id, so a match ends before any image.
     std::optional<SequenceState> cached = prefix_cache_.lookup(prompt);
@@ -206,7 +227,20 @@ bool Engine::step(Slot& s) {
     h.prompt_tokens = int64_t(prompt.size());
     h.queued_s = now_s() - s.submitted_at;
     metrics_.prompt_tokens += int64_t(prompt.size());
-    s.gen = std::make_unique<Generation>(model_, cached ? std::move(*cached) : model_.new_sequence(), Sampler(s.req.sampling), pool_);
+    SequenceState start = cached ? std::move(*cached) : model_.new_sequence();
+    if (opt_.dspark && s.req.forced.empty()) {
+      // A cached state may come from a plain request, without draft rings: they restart at its
+      // end (only acceptance suffers).
+      if (start.dspark_pos != start.pos) start.dspark_start = start.dspark_pos = start.pos;
+      s.spec_state = std::make_unique<SequenceState>(std::move(start));
+      SpeculativeOptions so;
+      so.draft_tokens = opt_.draft_tokens;
+      so.confidence_threshold = opt_.dspark_confidence;
+      so.sampling = s.req.sampling;
+      s.spec = std::make_unique<SpeculativeDecoder>(model_, *s.spec_state, so, pool_);
+    } else {
+      s.gen = std::make_unique<Generation>(model_, std::move(start), Sampler(s.req.sampling), pool_);
+    }
   }
   if (s.fed < prompt.size()) {
     // One prefill chunk, cut at the cache boundary so the state there can be saved.
@@ -214,20 +248,36 @@ bool Engine::step(Slot& s) {
     const size_t boundary = size_t(s.req.cache_prefix_at);
     if (boundary > s.fed && boundary < end) end = boundary;
     const std::vector<int32_t> part(prompt.begin() + long(s.fed), prompt.begin() + long(end));
-    if (has_images) {
-      const InputEmbeddings inputs = s.inputs.slice(int64_t(s.fed), int64_t(end), model_.config().dim);
-      s.gen->feed(part, 0, {}, &inputs);
-    } else {
-      s.gen->feed(part);
-    }
+    InputEmbeddings inputs;
+    if (has_images) inputs = s.inputs.slice(int64_t(s.fed), int64_t(end), model_.config().dim);
+    if (s.spec) s.spec_logits = s.spec->prefill(part, 0, has_images ? &inputs : nullptr);
+    else s.gen->feed(part, 0, {}, has_images ? &inputs : nullptr);
     s.fed = end;
-    if (s.fed == boundary && boundary > 0) prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.gen->state());
+    if (s.fed == boundary && boundary > 0)
+      prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.spec ? *s.spec_state : s.gen->state());
     return true;
   }
   if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);
   if (!s.forcing && s.forced_at == 0 && !s.req.forced.empty() && s.tail == s.req.force_trigger) s.forcing = true;
   std::optional<int32_t> tok;
-  if (s.forcing) {
+  if (s.spec) {
+    if (s.spec_out.empty()) {
+      SequenceState& st = *s.spec_state;
+      if (!s.spec_pending) {
+        // The first token comes from the prefill's logits exactly as in plain decoding.
+        if (st.pos >= model_.config().max_seq_len) return finish(FinishReason::ContextFull);
+        s.spec_out.push_back(Sampler(s.req.sampling).sample(s.spec_logits.data(), model_.config().vocab_size, uint64_t(st.pos),
+                                                            st.token_history));
+      } else {
+        const std::vector<int32_t> out = s.spec->step(*s.spec_pending, s.req.max_tokens - s.generated);
+        if (out.empty()) return finish(FinishReason::ContextFull);
+        s.spec_out.insert(s.spec_out.end(), out.begin(), out.end());
+      }
+      s.spec_pending = s.spec_out.back();
+    }
+    tok = s.spec_out.front();
+    s.spec_out.pop_front();
+  } else if (s.forcing) {
     tok = s.gen->force_token(s.req.forced[s.forced_at]);
     if (++s.forced_at == s.req.forced.size()) s.forcing = false;
   } else {

@@ -34,6 +34,12 @@ struct EngineOptions {
   std::string prefix_cache_dir;        // spill evicted prefixes here (empty = memory only)
   int64_t prefix_cache_disk_bytes = int64_t(8) << 30;
   int64_t max_context = 0;             // prompt + answer tokens per request (0 = the model's max_seq_len)
+  // DSpark speculative decoding for every request (except those with a forced continuation):
+  // each decode step of such a request runs a draft + verify cycle and its tokens are streamed one
+  // per round. Greedy answers equal plain decoding's; sampled ones follow the same law.
+  bool dspark = false;
+  int draft_tokens = 0;                // drafts per cycle (0 = the model's block size)
+  double dspark_confidence = 0.0;      // cut a draft below this cumulative confidence
 };
 
 struct EngineRequest {
@@ -98,6 +104,7 @@ struct EngineMetrics {
   std::atomic<int64_t> ttft_n{0}, tpot_n{0};
   std::atomic<int64_t> steps{0}, step_rows{0};  // engine steps and requests served per step
   std::atomic<int64_t> batched_steps{0}, batched_rows{0};  // decode passes shared by several requests
+  std::atomic<int64_t> dspark_cycles{0}, dspark_drafted{0}, dspark_accepted{0};
   void observe_ttft(double s);
   void observe_tpot(double s);
 };

@@ -237,6 +237,9 @@ struct Server::Impl {
     counter("ds41_engine_step_requests_total", "Sum over steps of the requests served in the step (batch size)", m.step_rows);
     counter("ds41_batched_decode_passes_total", "Forward passes that decoded several requests together", m.batched_steps);
     counter("ds41_batched_decode_rows_total", "Tokens decoded in those passes", m.batched_rows);
+    counter("ds41_dspark_cycles_total", "DSpark draft + verify cycles (finished requests)", m.dspark_cycles);
+    counter("ds41_dspark_drafted_tokens_total", "Draft tokens verified", m.dspark_drafted);
+    counter("ds41_dspark_accepted_tokens_total", "Draft tokens accepted", m.dspark_accepted);
     auto histogram = [&](const char* name, const char* help, const std::atomic<int64_t>* counts, double sum, int64_t n) {
       o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
       for (int i = 0; i < EngineMetrics::kBuckets; ++i)

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "base/thread_pool.h"
 #include "model/model.h"
 #include "model/presets.h"
@@ -435,6 +436,48 @@ TEST_F(ServerTest, ForcedToolCallIsEmittedAndDecodingContinuesFromIt) {
     for (int32_t t : expect) g.feed({t});
     for (size_t i = expect.size(); i < got.size(); ++i) EXPECT_EQ(got[i], *g.next_token()) << i << " trigger " << trigger_len;
   }
+}
+
+// `serve --dspark`: every request decodes by draft + verify cycles, streamed one token per round;
+// greedy answers equal the plain engine's token for token (also several at once, and with a
+// forced tool call, which takes the plain path), and the cycles are counted.
+TEST_F(ServerTest, DsparkEngineGivesThePlainEnginesGreedyTokens) {
+  EngineOptions eo;
+  eo.max_batch = 4;
+  eo.prefill_chunk = 64;
+  eo.dspark = true;
+  eo.draft_tokens = 3;
+  Engine spec(*model_, pool_, eo);
+  std::vector<EngineRequest> reqs;
+  for (int k = 0; k < 4; ++k) {
+    EngineRequest r;
+    r.prompt = text_->render(parse_chat_completions(nlohmann::ordered_json::parse(chat_body("Tell me about " + std::to_string(k), 8).dump()),
+                                                    ApiDefaults{}))
+                   .ids;
+    r.sampling.temperature = 0;
+    r.max_tokens = 20 + k;
+    r.stop_ids = text_->stop_ids();
+    reqs.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& r : reqs) plain.push_back(engine_tokens(*engine_, r));
+  // One at a time, then all four together.
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(engine_tokens(spec, reqs[i]), plain[i]) << i;
+  std::vector<std::future<std::vector<int32_t>>> together;
+  for (const auto& r : reqs) together.push_back(std::async(std::launch::async, [&spec, r] { return engine_tokens(spec, r); }));
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(together[i].get(), plain[i]) << i;
+  EXPECT_GT(spec.metrics().dspark_cycles.load(), 0);
+  EXPECT_GT(spec.metrics().dspark_drafted.load(), 0);
+  // A forced continuation runs on the plain path.
+  EngineRequest forced = reqs[0];
+  forced.forced = {5, 6, 7};
+  const auto f = engine_tokens(spec, forced);
+  ASSERT_GE(f.size(), 3u);
+  EXPECT_EQ(std::vector<int32_t>(f.begin(), f.begin() + 3), forced.forced);
+  // Bad options are refused when the engine is made.
+  EngineOptions bad = eo;
+  bad.draft_tokens = 99;
+  EXPECT_THROW(Engine(*model_, pool_, bad), Error);
 }
 
 TEST_F(ServerTest, ASecondServerOnTheSamePortFailsWithAClearError) {
