@@ -23,7 +23,8 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 
 if [[ "${DS41_SKIP_SANITIZE:-0}" != 1 ]]; then
   echo "== ASan+UBSan build + tests"
-  cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS41_SANITIZE=ON >/dev/null
+  cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS41_SANITIZE=ON \
+    -DDS41_BUILD_SLOW_TESTS=OFF >/dev/null
   cmake --build build-asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow
