@@ -4,8 +4,8 @@
 #   2. ASan+UBSan build of the same tests;
 #   3. the libFuzzer targets for a bounded time each (clang): safetensors header parser, reply
 #      parser, image decoders.
-# Environment: DS41_FUZZ_SECONDS (header fuzzer, default 60), DS41_REPLY_FUZZ_SECONDS (default 30),
-# DS41_IMAGE_FUZZ_SECONDS (default 30), DS41_SKIP_SANITIZE=1 to skip step 2.
+# Environment: DS41_FUZZ_SECONDS (header fuzzer, default 40), DS41_REPLY_FUZZ_SECONDS (default 20),
+# DS41_IMAGE_FUZZ_SECONDS (default 20), DS41_SKIP_SANITIZE=1 to skip step 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
@@ -36,8 +36,8 @@ if command -v clang++ >/dev/null; then
   cmake --build build-fuzz -j"$jobs" --target safetensors_header_fuzz reply_parser_fuzz image_decode_fuzz
   # target, seconds: the header parser guards untrusted files, the reply parser untrusted model
   # output, the image decoders untrusted images.
-  for run in "safetensors_header ${DS41_FUZZ_SECONDS:-60}" "reply_parser ${DS41_REPLY_FUZZ_SECONDS:-30}" \
-             "image_decode ${DS41_IMAGE_FUZZ_SECONDS:-30}"; do
+  for run in "safetensors_header ${DS41_FUZZ_SECONDS:-40}" "reply_parser ${DS41_REPLY_FUZZ_SECONDS:-20}" \
+             "image_decode ${DS41_IMAGE_FUZZ_SECONDS:-20}"; do
     read -r target seconds <<<"$run"
     echo "== fuzz: $target (${seconds}s)"
     corpus=$(mktemp -d)
