@@ -254,23 +254,36 @@ TEST(LinearDense, ClosedFormExactResult) {
   for (int n = 0; n < 3; ++n) EXPECT_EQ(bf16_to_f32(y16[size_t(n)]), expected[n]) << "bf16 n=" << n;
 }
 
-TEST(LinearDense, SumsInDoubleThenRoundsOnce) {
-  // K = 8, W = 1, x = [2^24, 1, 1, 1, -2^24, 1, 1, 1]: any fp32 running sum loses the +1s added
-  // onto 2^24 (left to right gives 3); the double accumulation of gemm.h keeps them: exactly 6.
-  // A second row, 2^30 + 1 + 1 - 2^30 = 2, also needs more than fp32's 24 bits in the middle.
-  const std::vector<float> x = {pow2f(24), 1, 1, 1, -pow2f(24), 1, 1, 1};
-  const std::vector<float> w(8, 1.0f);
-  float fast = 0.0f, reference = 0.0f;
-  linear_f32(x.data(), 1, w.data(), 1, 8, &fast, nullptr);
-  linear_f32_reference(x.data(), 1, w.data(), 1, 8, &reference);
-  EXPECT_EQ(fast, 6.0f);
-  EXPECT_EQ(reference, 6.0f);
-  const std::vector<float> x2 = {pow2f(30), 1, 1, -pow2f(30)};
-  const std::vector<float> w2(4, 1.0f);
-  linear_f32(x2.data(), 1, w2.data(), 1, 4, &fast, nullptr);
-  linear_f32_reference(x2.data(), 1, w2.data(), 1, 4, &reference);
-  EXPECT_EQ(fast, 2.0f);
-  EXPECT_EQ(reference, 2.0f);
+// The reference's F.linear, as the golden generator computes it: per output, an fp32 running sum
+// over k ascending from +0, each product rounded before it is added. N = 40 identical weight rows
+// and K = 12 run both the 8-output vector lanes (with their scalar k tail) and the scalar outputs.
+void expect_dense_rows(const std::vector<float>& x, const std::vector<float>& w_row, float expected) {
+  const int64_t N = 40, K = int64_t(x.size());
+  std::vector<float> w;
+  for (int64_t n = 0; n < N; ++n) w.insert(w.end(), w_row.begin(), w_row.end());
+  std::vector<float> fast(static_cast<size_t>(N)), reference(static_cast<size_t>(N));
+  linear_f32(x.data(), 1, w.data(), N, K, fast.data(), nullptr);
+  linear_f32_reference(x.data(), 1, w.data(), N, K, reference.data());
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_EQ(fast[size_t(n)], expected) << "output " << n;
+    EXPECT_EQ(reference[size_t(n)], expected) << "output " << n;
+  }
+}
+
+TEST(LinearDense, SumsSequentiallyInFp32) {
+  // x = [2^24, 1, 1, 1, -2^24, 1, 1, 1, 1, 1, 1, 1], W = 1: each +1 onto 2^24 rounds away (ties to
+  // even), so left to right gives 0 + 7 = 7 (the exact sum is 10; pairwise or lane sums differ too).
+  std::vector<float> x = {pow2f(24), 1, 1, 1, -pow2f(24), 1, 1, 1, 1, 1, 1, 1};
+  expect_dense_rows(x, std::vector<float>(x.size(), 1.0f), 7.0f);
+}
+
+TEST(LinearDense, RoundsEachProductBeforeAdding) {
+  // (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11 (a tie, to even); adding -1 then gives
+  // 2^-11 exactly. A fused multiply-add would keep the 2^-24.
+  const float a = 1.0f + pow2f(-12);
+  std::vector<float> x(12, 0.0f), w(12, 0.0f);
+  x[0] = a, w[0] = a, x[1] = -1.0f, w[1] = 1.0f;
+  expect_dense_rows(x, w, pow2f(-11));
 }
 
 TEST(LinearFp8, NaNWeightCodePropagates) {

@@ -14,6 +14,8 @@
 
 #include "base/error.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/torch_sum.h"
+#include "kernels/vector_exp.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -215,12 +217,12 @@ TEST(HyperConnection, WellConditionedCombIsDoublyStochastic) {
   }
 }
 
-// fp32 emulation of the port's hc_split_sinkhorn, one rounding per step (expf is the kernel's
-// exp, the one transcendental that cannot be emulated exactly).
+// fp32 emulation of the port's hc_split_sinkhorn, one rounding per step; exp is PyTorch's
+// vectorized exp (vector_exp.h, checked against torch itself in vector_exp_test.cpp).
 void split_emulated(const std::vector<float>& m, int hc, const std::vector<float>& base,
                     const float* scale, int iters, float eps, Coeffs& out) {
   auto f = [](double v) { return float(v); };
-  auto sig = [&](float x) { return f(1.0 / double(f(1.0 + double(std::exp(-x))))); };
+  auto sig = [&](float x) { return f(1.0 / double(f(1.0 + double(torch_vec_expf(0.0f - x))))); };
   for (int c = 0; c < hc; ++c) {
     out.pre[c] = f(double(sig(f(double(f(double(m[c]) * scale[0])) + base[c]))) + eps);
     out.post[c] = f(2.0 * sig(f(double(f(double(m[hc + c]) * scale[1])) + base[hc + c])));
@@ -233,7 +235,7 @@ void split_emulated(const std::vector<float>& m, int hc, const std::vector<float
     for (int j = 1; j < hc; ++j) mx = std::fmax(mx, C[i * hc + j]);
     float s = 0;
     for (int j = 0; j < hc; ++j) {
-      C[i * hc + j] = std::exp(f(double(C[i * hc + j]) - mx));
+      C[i * hc + j] = torch_vec_expf(f(double(C[i * hc + j]) - mx));
       s = f(double(s) + C[i * hc + j]);
     }
     for (int j = 0; j < hc; ++j) C[i * hc + j] = f(double(f(double(C[i * hc + j]) / s)) + eps);
@@ -290,40 +292,39 @@ TEST(HyperConnection, MixesUseOneJointStatisticOverAllCopies) {
 }
 
 TEST(HyperConnection, MixesProjectFirstThenScaleBitExactly) {
-  // Expected: mixes[k] = fl(sum_t fn[k][t] * x[t]) * r with the dot product rounded once (exact
-  // products, accumulated here in long double), r from the once-rounded sum of squares (spec §7
-  // steps 2-3), at the released D = 5120. Scaling x by r before the projection (the other order)
-  // changes the fp32 result, which the last check shows.
+  // Expected: mixes[k] = dot_k * r, dot_k the reference's F.linear (an fp32 running sum over t,
+  // each product rounded, written out here with one rounding per step), r = 1 / sqrt(mean(x^2) +
+  // eps) from the sum of squares in PyTorch's order (torch_sum.h, tested against torch), at the
+  // released D = 5120. Scaling x by r before the projection (the other order) changes the fp32
+  // result, and so does an exact dot product: the last checks show both.
   const int hc = 4, D = 5120, n = hc * D;
   std::mt19937 rng(9);
   const auto X = random_bf16(rng, n, 0.8f);
   const auto fn = random_f32(rng, hc_mix_count(hc) * n, 0.02f);
   std::vector<float> mixes(hc_mix_count(hc));
   hc_mixes(X.data(), hc, D, fn.data(), kNormEps, mixes.data());
-  long double ss_exact = 0;
-  for (int t = 0; t < n; ++t) {
-    const long double v = bf16_to_f32(X[t]);
-    ss_exact += v * v;
-  }
-  const float ss = float(ss_exact);
+  const float ss = torch_sum_squares_bf16(X.data(), n);
   const float r = float(
       1.0 /
       double(float(std::sqrt(double(float(double(float(double(ss) / n)) + double(kNormEps)))))));
-  int other_order_differs = 0;
+  int other_order_differs = 0, exact_dot_differs = 0;
   for (int k = 0; k < hc_mix_count(hc); ++k) {
+    float acc = 0, acc_scaled = 0;
     long double exact = 0;
-    float acc_scaled = 0;
     for (int t = 0; t < n; ++t) {
       const double x = bf16_to_f32(X[t]);
+      acc = float(double(acc) + double(float(double(fn[k * n + t]) * x)));
       exact += (long double)fn[k * n + t] * (long double)x;
       acc_scaled =
           float(double(acc_scaled) + double(float(double(fn[k * n + t]) * double(float(x * r)))));
     }
-    const float expect = float(double(float(exact)) * r);
+    const float expect = float(double(acc) * r);
     EXPECT_EQ(mixes[k], expect) << k;
     other_order_differs += acc_scaled != expect;
+    exact_dot_differs += float(double(float(exact)) * r) != expect;
   }
   EXPECT_GT(other_order_differs, 0);
+  EXPECT_GT(exact_dot_differs, 0);
 }
 
 TEST(HyperConnection, PreHandComputed) {

@@ -30,7 +30,6 @@
 namespace ds41 {
 namespace {
 
-constexpr int kDenseLanes = 4;  // double lanes of the dense dot products (gemm.h)
 constexpr int64_t kBlock = 32;  // K block of the FP8/FP4 GEMM and of act_quant (§3.3)
 
 // ---- shape checks --------------------------------------------------------------------------
@@ -53,10 +52,10 @@ void check_quantized_dims(const char* what, int64_t M, int64_t N, int64_t K) {
 // increasing k; nothing here is tiled, cached or vectorized on purpose.
 // ============================================================================================
 
-float reference_lane_dot(const float* a, const float* b, int64_t n) {
-  double lane[kDenseLanes] = {0.0, 0.0, 0.0, 0.0};
-  for (int64_t k = 0; k < n; ++k) lane[k % kDenseLanes] += double(a[k]) * double(b[k]);
-  return float((lane[0] + lane[1]) + (lane[2] + lane[3]));
+float reference_dense_dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t k = 0; k < n; ++k) acc += a[k] * b[k];
+  return acc;
 }
 
 // One 32-element block of an FP8/FP4 GEMM: E4M3 activation codes times E4M3/E2M1 weight codes.
@@ -118,34 +117,28 @@ T* scratch(std::vector<T>& buffer, int64_t n) {
   return buffer.data();
 }
 
-// Dense dot products in double (gemm.h): lane j of 4 takes k = j mod 4. GCC/Clang generic
-// vectors keep each lane's operations element-wise IEEE double, identical to the scalar twin,
-// while letting the compiler use 2- or 4-wide registers.
-typedef double F64x4 __attribute__((vector_size(32)));
-
-inline F64x4 widen4(const float* p) { return F64x4{double(p[0]), double(p[1]), double(p[2]), double(p[3])}; }
-inline float reduce4(const F64x4& l) { return float((l[0] + l[1]) + (l[2] + l[3])); }
-
-// Dot products of R activation rows against one weight run of length n (n % 4 == 0), R rows at a
-// time so that each widened weight vector feeds R accumulators.
+// Dense dot products (gemm.h): one sequential fp32 chain per output, R rows sharing each weight
+// load. Compiled without FP contraction, so the multiply and the add round separately.
 template <int R>
-inline void lane_dot_rows(const float* const* a, const float* w, int64_t n, float* out) {
-  F64x4 lanes[R];
-  for (int r = 0; r < R; ++r) lanes[r] = F64x4{0.0, 0.0, 0.0, 0.0};
-  for (int64_t k = 0; k < n; k += kDenseLanes) {
-    const F64x4 wv = widen4(w + k);
-    for (int r = 0; r < R; ++r) lanes[r] += widen4(a[r] + k) * wv;
+inline void dense_dot_rows(const float* const* a, const float* w, int64_t n, float* out) {
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int64_t k = 0; k < n; ++k) {
+    const float wk = w[k];
+    for (int r = 0; r < R; ++r) acc[r] += a[r][k] * wk;
   }
-  for (int r = 0; r < R; ++r) out[r] = reduce4(lanes[r]);
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
-// One row of any length: tail products (n % 4 != 0) go to lanes 0..n%4-1, as k % 4 says.
-inline float lane_dot_any(const float* a, const float* w, int64_t n) {
-  F64x4 lanes{0.0, 0.0, 0.0, 0.0};
-  const int64_t body = n - n % kDenseLanes;
-  for (int64_t k = 0; k < body; k += kDenseLanes) lanes += widen4(a + k) * widen4(w + k);
-  for (int64_t k = body; k < n; ++k) lanes[k - body] += double(a[k]) * double(w[k]);
-  return reduce4(lanes);
+// Exact block sums of R rows for the quantized paths: products of E4M3/E2M1 codes are exact, and
+// so is their double sum in any order; rounded once to fp32 (exact_block_dot's semantics).
+template <int R>
+inline void exact_block_dot_rows(const float* const* a, const float* w, float* out) {
+  double acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0;
+  for (int64_t k = 0; k < kBlock; ++k)
+    for (int r = 0; r < R; ++r) acc[r] += double(a[r][k]) * double(w[k]);
+  for (int r = 0; r < R; ++r) out[r] = float(acc[r]);
 }
 
 // E4M3 decode without a table lookup, written so that it vectorizes (integer ops, one compare
@@ -249,10 +242,8 @@ inline void quantized_rows(const float* act, const float* act_scale, int64_t r, 
   for (int64_t kb = 0; kb < KB; ++kb) {
     const float* a_kb[R];
     for (int i = 0; i < R; ++i) a_kb[i] = a[i] + kb * kBlock;
-    // The vectorised double lanes compute the same exact block sum as exact_block_dot (any order
-    // of these exact products gives the exact sum), rounded once to fp32 by the reduction.
     float partial[R];
-    lane_dot_rows<R>(a_kb, w_row + kb * kBlock, kBlock, partial);
+    exact_block_dot_rows<R>(a_kb, w_row + kb * kBlock, partial);
     for (int i = 0; i < R; ++i) acc[i] += (partial[i] * act_scale[(r + i) * KB + kb]) * w_scale[kb];
   }
   for (int i = 0; i < R; ++i) y[i * y_stride] = f32_to_bf16(acc[i]);
@@ -311,16 +302,19 @@ void dense_linear(const char* what, int64_t M, int64_t N, int64_t K, const XRows
       for (int64_t n = n0; n < n1; ++n) {
         const float* w = w_rows.row(n, row_buffer);
         int64_t r = r0;
-        if (K % kDenseLanes == 0) {
-          for (; r + kMicroRows <= r1; r += kMicroRows) {
-            const float* a[kMicroRows] = {act + r * K, act + (r + 1) * K, act + (r + 2) * K,
-                                          act + (r + 3) * K};
-            float out[kMicroRows];
-            lane_dot_rows<kMicroRows>(a, w, K, out);
-            for (int i = 0; i < kMicroRows; ++i) store(m0 + r + i, n, out[i]);
-          }
+        for (; r + kMicroRows <= r1; r += kMicroRows) {
+          const float* a[kMicroRows] = {act + r * K, act + (r + 1) * K, act + (r + 2) * K,
+                                        act + (r + 3) * K};
+          float out[kMicroRows];
+          dense_dot_rows<kMicroRows>(a, w, K, out);
+          for (int i = 0; i < kMicroRows; ++i) store(m0 + r + i, n, out[i]);
         }
-        for (; r < r1; ++r) store(m0 + r, n, lane_dot_any(act + r * K, w, K));
+        for (; r < r1; ++r) {
+          const float* a[1] = {act + r * K};
+          float out[1];
+          dense_dot_rows<1>(a, w, K, out);
+          store(m0 + r, n, out[0]);
+        }
       }
     });
   }
@@ -450,20 +444,20 @@ void simd_linear_fp4(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
   }
 }
 
-// Dense SIMD path: activations widened exactly to double per chunk of rows.
+// Dense SIMD path: activations widened to fp32 per chunk of rows.
 template <class XAt, class WT>
-void simd_dense_linear(const char* what, void (*kernel)(const double*, int64_t, const WT*, int64_t, int64_t, int64_t,
+void simd_dense_linear(const char* what, void (*kernel)(const float*, int64_t, const WT*, int64_t, int64_t, int64_t,
                                                         const simd::DenseOutput&),
                        int64_t M, int64_t N, int64_t K, const XAt& x_at, const WT* W, float* y_f32,
                        uint16_t* y_bf16, ThreadPool* pool) {
   check_dims(what, M, N, K);
   if (M == 0 || N == 0) return;
-  thread_local std::vector<double> x_buffer;
+  thread_local std::vector<float> x_buffer;
   for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
     const int64_t rows = std::min(kChunkRows, M - m0);
-    double* xd = scratch(x_buffer, rows * K);
-    parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * K; i < r1 * K; ++i) xd[i] = double(x_at(m0 * K + i));
+    float* xd = scratch(x_buffer, rows * K);
+    parallel_for(pool_for_work(pool, rows * K * 4), rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * K; i < r1 * K; ++i) xd[i] = float(x_at(m0 * K + i));
     });
     for_each_simd_tile(rows, N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
       const simd::DenseOutput out{y_f32 ? y_f32 + (m0 + r0) * N : nullptr,
@@ -592,7 +586,7 @@ void reference_dense_linear(int64_t M, int64_t N, int64_t K, XAt x_at, WAt w_at,
         a[size_t(k)] = x_at(m, k);
         b[size_t(k)] = w_at(n, k);
       }
-      store(m, n, reference_lane_dot(a.data(), b.data(), K));
+      store(m, n, reference_dense_dot(a.data(), b.data(), K));
     }
 }
 }  // namespace

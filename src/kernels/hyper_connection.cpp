@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/vector_exp.h"
 #include "kernels/simd_kernels.h"
 
 // Every fp32 op must round on its own like the reference's separate tensor ops (e.g. m*scale then
@@ -25,13 +26,6 @@ void check_hc(int hc) {
   if (hc < 1 || hc > kMaxHc)
     throw Error("hyper-connections: hc_mult must be in [1, " + std::to_string(kMaxHc) + "], got " +
                 std::to_string(hc));
-}
-
-// torch CPU sigmoid for fp32: (1 + exp(-x)).reciprocal(), i.e. two roundings after the exp.
-float sigmoid_f32(float x) {
-  const float e = std::exp(-x);
-  const float d = 1.0f + e;
-  return 1.0f / d;
 }
 
 // C[i][:] /= (sum_j C[i][j] + eps), sum ascending from +0.
@@ -63,19 +57,16 @@ void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_
   const float r = rms_rsqrt_bf16(X, n, norm_eps);
   const int nmix = hc_mix_count(hc);
   if (const simd::KernelTable* kt = simd::active_kernels()) {  // same dot products, mixes in lanes
-    std::array<double, hc_mix_count(kMaxHc)> dots;
+    std::array<float, hc_mix_count(kMaxHc)> dots;
     kt->hc_mix_dots(X, n, fn, nmix, dots.data());
-    for (int k = 0; k < nmix; ++k) mixes[k] = float(dots[size_t(k)]) * r;
+    for (int k = 0; k < nmix; ++k) mixes[k] = dots[size_t(k)] * r;
     return;
   }
   for (int k = 0; k < nmix; ++k) {
     const float* row = fn + static_cast<int64_t>(k) * n;
-    // Accumulated in double (exact products, one rounding to fp32): the golden reference's
-    // projections are effectively exact, and an fp32 running sum over hc*D terms drifts by
-    // enough to flip downstream FP8 codes (see gemm.h).
-    double acc = 0.0;
-    for (int64_t t = 0; t < n; ++t) acc += double(row[t]) * double(bf16_to_f32(X[t]));
-    mixes[k] = float(acc) * r;  // F.linear(x, fn) * rsqrt: projection first, then the scalar
+    float acc = 0.0f;
+    for (int64_t t = 0; t < n; ++t) acc += row[t] * bf16_to_f32(X[t]);
+    mixes[k] = acc * r;  // F.linear(x, fn) * rsqrt: projection first, then the scalar
   }
 }
 
@@ -84,9 +75,9 @@ void hc_split_sinkhorn(const float* mixes, int hc, const float* base, const floa
   check_hc(hc);
   for (int c = 0; c < hc; ++c) {
     const float zp = mixes[c] * scale[0];
-    pre[c] = sigmoid_f32(zp + base[c]) + hc_eps;
+    pre[c] = torch_vec_sigmoid(zp + base[c]) + hc_eps;
     const float zq = mixes[hc + c] * scale[1];
-    post[c] = 2.0f * sigmoid_f32(zq + base[hc + c]);
+    post[c] = 2.0f * torch_vec_sigmoid(zq + base[hc + c]);
   }
   float* C = comb;
   for (int k = 0; k < hc * hc; ++k) {
@@ -100,7 +91,7 @@ void hc_split_sinkhorn(const float* mixes, int hc, const float* base, const floa
     for (int j = 1; j < hc; ++j) mx = std::fmax(mx, row[j]);
     float s = 0.0f;
     for (int j = 0; j < hc; ++j) {
-      row[j] = std::exp(row[j] - mx);
+      row[j] = torch_vec_expf(row[j] - mx);
       s += row[j];
     }
     for (int j = 0; j < hc; ++j) row[j] = row[j] / s + hc_eps;

@@ -19,10 +19,13 @@ inline constexpr int kMaxHc = 16;
 constexpr int hc_mix_count(int hc) { return (2 + hc) * hc; }
 
 // mixes[k] = (sum_t fn[k][t] * fp32(X)[t]) * r,  t over the hc*D flattened copy-major stream,
-// r = 1/sqrt(mean(fp32(X)^2) + norm_eps) over all hc*D values (one statistic per token).
-// Each dot product is accumulated in double (exact products) and rounded once to fp32, like the
-// dense linears of gemm.h, then multiplied by r (model.py Block.hc_mixes: projection first, then
-// the scalar). fn is [(2+hc)*hc][hc*D] fp32 row-major.
+// r = 1/sqrt(mean(fp32(X)^2) + norm_eps) over all hc*D values (one statistic per token, the sum
+// of squares in PyTorch's reduction order, torch_sum.h). Each dot product is the golden
+// generator's F.linear: an fp32 running sum over t ascending from +0, each product rounded
+// before it is added (no FMA). An exact (double) dot product disagreed with the golden
+// pre-mixes in half of all values, a sequential fp32 sum in none where the inputs agree; then
+// multiplied by r (model.py Block.hc_mixes: projection first, then the scalar). fn is
+// [(2+hc)*hc][hc*D] fp32 row-major.
 void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes);
 
 // The port's hc_split_sinkhorn (kernel.py K41:406-458), all fp32, each op rounded on its own:
@@ -32,7 +35,8 @@ void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_
 //   C[i][:] = exp(C[i][:] - max_j C[i][j]) / sum_j(exp(...)) + hc_eps    (row softmax, divide)
 //   C[:][j] = C[:][j] / (sum_i C[i][j] + hc_eps)                         (column normalization)
 //   (sinkhorn_iters - 1) times: rows C[i][:] /= (row sum + hc_eps); then columns as above.
-// sigmoid(x) = 1 / (1 + exp(-x)) (torch's CPU formula); sums run over ascending index from +0.
+// sigmoid(x) = 1 / (1 + exp(0 - x)) and every exp above is PyTorch's vectorized exp
+// (vector_exp.h); sums run over ascending index from +0.
 // comb is row-major C[i][j]: i = source copy, j = destination copy (hc_post applies C^T).
 void hc_split_sinkhorn(const float* mixes, int hc, const float* base, const float* scale,
                        int sinkhorn_iters, float hc_eps, float* pre, float* post, float* comb);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/numeric_formats.h"
+#include "kernels/torch_sum.h"
 
 // Every fp32 operation below must round on its own, as torch's separate tensor ops do: forbid
 // fusing a*b+c into an FMA (which -march=native would otherwise allow GCC to do).
@@ -16,14 +17,8 @@
 namespace ds41 {
 
 float rms_rsqrt_bf16(const uint16_t* x, int64_t n, float eps) {
-  // Sum of squares in double, rounded once: squares of bf16 values are exact, and torch's
-  // multi-accumulator fp32 reduction is much closer to the exact sum than a sequential fp32 one.
-  double acc = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = bf16_to_f32(x[i]);
-    acc += v * v;
-  }
-  const float sum = static_cast<float>(acc);
+  // x.square().mean(-1): the fp32 sum in PyTorch's reduction order (torch_sum.h), then / n.
+  const float sum = torch_sum_squares_bf16(x, n);
   const float mean = sum / static_cast<float>(n);  // torch's CPU mean is sum().div_(n)
   const float shifted = mean + eps;
   return 1.0f / std::sqrt(shifted);  // torch.rsqrt on CPU: 1 / sqrt, two roundings

@@ -5,9 +5,8 @@
 //   var = sum(xf * xf) / n            (x.square().mean(-1): squares rounded, then summed, then / n)
 //   r   = 1 / sqrt(var + eps)         (torch.rsqrt = a correctly rounded sqrt, then a division)
 //   y   = bf16( fp32(w) * (xf * r) )  (x * rsqrt first, then weight * x; one bf16 rounding)
-// Summation: the (exact) squares are summed in double and the sum rounded once to fp32, i.e. the
-// correctly rounded sum in practice. torch's multi-accumulator fp32 sum is close to that; an fp32
-// running sum is not, and its last-bit drift was seen to flip FP8 codes downstream (gemm.h).
+// Summation: the (exact) squares are summed in fp32 in PyTorch's reduction order (torch_sum.h),
+// bit for bit what the reference computes; neither a running fp32 sum nor the exact sum is.
 #pragma once
 
 #include <cstdint>

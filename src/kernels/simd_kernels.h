@@ -46,11 +46,11 @@ struct DenseOutput {
 
 struct KernelTable {
   SimdLevel level;
-  // Dense linears (gemm.h, "BF16 / FP32 linears"): y[m, n] for m < M, n in [n0, n1), x given as
-  // the exact double widening of the activations, [M][K].
-  void (*dense_bf16w)(const double* x, int64_t M, const uint16_t* W, int64_t K, int64_t n0,
+  // Dense linears (gemm.h, "BF16 / FP32 linears"): y[m, n] for m < M, n in [n0, n1), x the
+  // activations widened to fp32, [M][K].
+  void (*dense_bf16w)(const float* x, int64_t M, const uint16_t* W, int64_t K, int64_t n0,
                       int64_t n1, const DenseOutput& y);
-  void (*dense_f32w)(const double* x, int64_t M, const float* W, int64_t K, int64_t n0, int64_t n1,
+  void (*dense_f32w)(const float* x, int64_t M, const float* W, int64_t K, int64_t n0, int64_t n1,
                      const DenseOutput& y);
   // Block-scaled GEMMs (gemm.h, §3.3): bf16 y[m * y_stride + n] for m < M, n in [n0, n1).
   void (*fp8)(const Fp8Activations& x, int64_t M, const Fp8Matrix& W, int64_t n0, int64_t n1,
@@ -72,9 +72,9 @@ struct KernelTable {
   // indexer_scores (indexer_score.h).
   void (*indexer_scores)(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint16_t* keys,
                          int64_t count, float* scores);
-  // The double dot products of hc_mixes (hyper_connection.h) before the rounding and the rms
-  // factor: dots[k] = sum_t fn[k][t] * X[t] in the twin's order.
-  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn, int nmix, double* dots);
+  // The dot products of hc_mixes (hyper_connection.h) before the rms factor: dots[k] =
+  // sum_t fn[k][t] * X[t] as the twin's sequential fp32 chain.
+  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn, int nmix, float* dots);
   // `iterations` rounds of independent fp32 FMA chains at the widest vectors of the level;
   // returns the flops done (2 per lane per FMA). The result lands in *sink (keeps it live).
   double (*fma_peak)(int64_t iterations, float* sink);

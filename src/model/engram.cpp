@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/torch_sum.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -29,11 +30,8 @@ void prefetch_rows(const uint8_t* base, int64_t row_bytes, const int64_t* ids, i
   }
 }
 
-float mean_square(const float* v, int64_t n) {
-  double acc = 0.0;  // exact squares, one rounding (as the other RMS statistics, rmsnorm.h)
-  for (int64_t i = 0; i < n; ++i) acc += double(v[i]) * double(v[i]);
-  return float(acc) / float(n);
-}
+// v.square().mean(-1) as the reference takes it (PyTorch's fp32 reduction order, torch_sum.h).
+float mean_square(const float* v, int64_t n) { return torch_sum_squares_f32(v, n) / float(n); }
 
 }  // namespace
 
@@ -81,6 +79,7 @@ void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights
     DS41_SCRATCH(float, h, D);
     DS41_SCRATCH(float, k, D);
     DS41_SCRATCH(float, v, D);
+    DS41_SCRATCH(float, prod, D);
     for (int64_t s = s0; s < s1; ++s) {
       const bool active = !text || (*text)[size_t(s)];
       const uint16_t* kvs = kv.data() + s * (hc + 1) * D;
@@ -94,9 +93,9 @@ void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights
         float gate = 0.f;
         if (active) {
           const float rstd = (1.0f / std::sqrt(mean_square(h.data(), D) + eps)) * (1.0f / std::sqrt(mean_square(k.data(), D) + eps));
-          double acc = 0.0;
-          for (int64_t d = 0; d < D; ++d) acc += double((h[size_t(d)] * wgt[size_t(ci * D + d)]) * k[size_t(d)]);
-          const float dot = (float(acc) * rstd) * inv_sqrt_dim;
+          // (h * weight * key).sum(-1): products rounded in fp32, summed in PyTorch's order.
+          for (int64_t d = 0; d < D; ++d) prod[size_t(d)] = (h[size_t(d)] * wgt[size_t(ci * D + d)]) * k[size_t(d)];
+          const float dot = (torch_sum_f32(prod.data(), D) * rstd) * inv_sqrt_dim;
           const float g = std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot);
           gate = 1.0f / (1.0f + std::exp(-g));
         }

@@ -206,11 +206,16 @@ void run_forced(int right, int draft_tokens, int prompt_len) {
   opt.draft_tokens = draft_tokens;
   std::vector<int64_t> expected;
   opt.override_drafts = [&](int64_t pos, std::vector<int32_t>& drafts) {
+    // Past the end of plain decoding's output (it may stop early at EOS) no draft is known to be
+    // right: those get an arbitrary token and are not counted as right.
+    int64_t known_right = 0;
     for (size_t i = 0; i < drafts.size(); ++i) {
-      const int32_t truth = pos + int64_t(i) < int64_t(sequence.size()) ? sequence[size_t(pos) + i] : 3;
+      const bool known = pos + int64_t(i) < int64_t(sequence.size());
+      const int32_t truth = known ? sequence[size_t(pos) + i] : 3;
       drafts[i] = int(i) < right ? truth : (truth + 1) % 512;
+      if (int(i) < right && known && known_right == int64_t(i)) ++known_right;
     }
-    expected.push_back(std::min<int64_t>(right, int64_t(drafts.size())));
+    expected.push_back(known_right);
   };
   int cycle = 0;
   const SpecRun s = spec_generate(m, prompt, kGenerate, opt, &pool, [&](const SequenceState& st) {

@@ -1,0 +1,151 @@
+// PyTorch's fp32 reduction order (kernels/torch_sum.h) and vectorized exp (kernels/vector_exp.h)
+// against torch itself: tests/data/torch_numerics.bin is what torch computed on the same inputs
+// (tools/make_torch_numerics_reference.py). Every value must match bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kernels/numeric_formats.h"
+#include "kernels/torch_sum.h"
+#include "kernels/vector_exp.h"
+
+namespace ds41 {
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(const std::string& path) : in_(path, std::ios::binary) {}
+  bool ok() const { return bool(in_); }
+  template <class T>
+  T get() {
+    T v{};
+    in_.read(reinterpret_cast<char*>(&v), sizeof(T));
+    if (!in_) throw std::runtime_error("torch_numerics.bin: truncated");
+    return v;
+  }
+  template <class T>
+  std::vector<T> get_n(size_t n) {
+    std::vector<T> v(n);
+    in_.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(T)));
+    if (!in_) throw std::runtime_error("torch_numerics.bin: truncated");
+    return v;
+  }
+
+ private:
+  std::ifstream in_;
+};
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+struct TorchData {
+  struct Row {
+    std::vector<float> x;
+    float sum, sum_squares;
+  };
+  struct Bf16Row {
+    std::vector<uint16_t> x;
+    float sum_squares;
+  };
+  std::vector<Row> rows;
+  std::vector<Bf16Row> bf16_rows;
+  std::vector<float> sigmoid_in, sigmoid_out;
+};
+
+const TorchData& data() {
+  static const TorchData d = [] {
+    TorchData t;
+    Reader r(std::string(DS41_SOURCE_DIR) + "/tests/data/torch_numerics.bin");
+    if (!r.ok()) throw std::runtime_error("tests/data/torch_numerics.bin missing");
+    const auto magic = r.get_n<char>(8);
+    if (std::string(magic.begin(), magic.end()) != "DS41TNUM" || r.get<uint32_t>() != 1)
+      throw std::runtime_error("torch_numerics.bin: bad header");
+    for (uint32_t c = r.get<uint32_t>(); c > 0; --c) {
+      TorchData::Row row;
+      row.x = r.get_n<float>(r.get<uint32_t>());
+      row.sum = r.get<float>();
+      row.sum_squares = r.get<float>();
+      t.rows.push_back(std::move(row));
+    }
+    for (uint32_t c = r.get<uint32_t>(); c > 0; --c) {
+      TorchData::Bf16Row row;
+      row.x = r.get_n<uint16_t>(r.get<uint32_t>());
+      row.sum_squares = r.get<float>();
+      t.bf16_rows.push_back(std::move(row));
+    }
+    const uint32_t m = r.get<uint32_t>();
+    t.sigmoid_in = r.get_n<float>(m);
+    t.sigmoid_out = r.get_n<float>(m);
+    return t;
+  }();
+  return d;
+}
+
+TEST(TorchSum, Fp32RowsMatchTorchBitForBit) {
+  ASSERT_GE(data().rows.size(), 100u);
+  int exact_differs = 0;
+  for (const auto& row : data().rows) {
+    const int64_t n = int64_t(row.x.size());
+    EXPECT_PRED2(same_bits, torch_sum_f32(row.x.data(), n), row.sum) << "n " << n;
+    EXPECT_PRED2(same_bits, torch_sum_squares_f32(row.x.data(), n), row.sum_squares) << "n " << n;
+    double exact = 0;
+    for (float v : row.x) exact += v;
+    exact_differs += float(exact) != row.sum;
+  }
+  // The order matters: a correctly rounded sum disagrees with torch on many of these rows.
+  EXPECT_GT(exact_differs, 10);
+}
+
+TEST(TorchSum, Bf16SquareSumsMatchTorchBitForBit) {
+  ASSERT_GE(data().bf16_rows.size(), 100u);
+  for (const auto& row : data().bf16_rows)
+    EXPECT_PRED2(same_bits, torch_sum_squares_bf16(row.x.data(), int64_t(row.x.size())), row.sum_squares)
+        << "n " << row.x.size();
+}
+
+TEST(TorchSum, ClosedForms) {
+  EXPECT_EQ(torch_sum_f32(nullptr, 0), 0.0f);
+  const float one = 1.0f;
+  EXPECT_EQ(torch_sum_f32(&one, 1), 1.0f);
+  // 2^24 then sixteen 1s (n = 17): lanes 1..7 of the only vector hold 1s and lane 0 2^24; the
+  // tail element 16 is added first from +0, then the lanes in order: ((1 + 2^24) ...) loses
+  // every 1 that meets 2^24 alone, but lanes were already summed per position: exact check of
+  // the documented order.
+  std::vector<float> x(17, 1.0f);
+  x[0] = 16777216.0f;
+  // Vector part: one vector of 8 lanes (elements 0..7) + one (8..15) -> rows = 0 (need 4 vectors
+  // per ILP row), so both vectors go into accumulator 0: lane l = x[l] + x[8 + l]. Lane 0 =
+  // 2^24 + 1 = 2^24 (tie to even), lanes 1..7 = 2. Then total = 0 + x[16] = 1; + lane 0 ->
+  // 2^24 + 1 -> 2^24; + 2 seven times -> 2^24 + 14.
+  EXPECT_EQ(torch_sum_f32(x.data(), 17), 16777216.0f + 14.0f);
+}
+
+TEST(VectorExp, SigmoidMatchesTorchBitForBit) {
+  const auto& d = data();
+  ASSERT_EQ(d.sigmoid_in.size(), d.sigmoid_out.size());
+  ASSERT_GE(d.sigmoid_in.size(), 16384u);
+  int libm_differs = 0;
+  for (size_t i = 0; i < d.sigmoid_in.size(); ++i) {
+    const float x = d.sigmoid_in[i];
+    ASSERT_PRED2(same_bits, torch_vec_sigmoid(x), d.sigmoid_out[i]) << "x = " << x;
+    libm_differs += !same_bits(1.0f / (1.0f + std::exp(0.0f - x)), d.sigmoid_out[i]);
+  }
+  // libm's expf is a different function in the last bit: the reason vector_exp.h exists.
+  EXPECT_GT(libm_differs, 0);
+}
+
+TEST(VectorExp, SpecialValues) {
+  EXPECT_EQ(torch_vec_expf(0.0f), 1.0f);
+  EXPECT_EQ(torch_vec_expf(-200.0f), 0.0f);
+  EXPECT_TRUE(std::isinf(torch_vec_expf(200.0f)));
+  EXPECT_EQ(torch_vec_sigmoid(0.0f), 0.5f);
+  EXPECT_EQ(torch_vec_sigmoid(-200.0f), 0.0f);
+  EXPECT_EQ(torch_vec_sigmoid(200.0f), 1.0f);
+}
+
+}  // namespace
+}  // namespace ds41
