@@ -22,6 +22,11 @@
 namespace ds41 {
 namespace {
 
+std::vector<SimdLevel> with_scalar(std::vector<SimdLevel> levels) {
+  levels.insert(levels.begin(), SimdLevel::Scalar);
+  return levels;
+}
+
 std::vector<SimdLevel> simd_levels() {
   std::vector<SimdLevel> out;
   for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512})
@@ -108,7 +113,7 @@ const Shape kQuantizedShapes[] = {{1, 1, 32},   {1, 37, 96},   {1, 64, 256},   {
 // K with every remainder mod 16, N not a multiple of the 8- or 2-row groups.
 const Shape kDenseShapes[] = {{1, 1, 1},   {1, 9, 3},    {1, 13, 16},  {1, 17, 21},  {1, 31, 130},
                               {2, 5, 7},   {3, 11, 33},  {4, 7, 64},   {5, 3, 45},   {7, 19, 100},
-                              {17, 10, 77}, {33, 9, 258}, {130, 5, 31}, {1, 300, 1024}};
+                              {17, 10, 77}, {33, 9, 258}, {130, 5, 31}, {1, 300, 1024}, {3, 16, 40},  {2, 70, 129}};
 
 TEST(SimdGemm, Fp8MatchesTwinBitForBit) {
   const auto levels = simd_levels();
@@ -253,6 +258,17 @@ TEST(SimdGemm, DenseLinearsMatchTwinsBitForBit) {
       ScopedSimdLevel level(l);
       linear_f32_wbf16(xf.data(), s.M, wb.data(), s.N, s.K, fast_f.data(), &pool);
       EXPECT_EQ(first_difference(fast_f, twin_f), -1) << "f32_wbf16 " << describe(l, s);
+    }
+    // The packed layout (whole 16-row blocks plus ragged tail rows) gives the same values, on
+    // the scalar path too.
+    std::vector<uint16_t> blocks(size_t((s.N / kPackedRows) * s.K * kPackedRows));
+    pack_bf16_rows(wb.data(), s.N, s.K, blocks.data(), &pool);
+    const PackedBf16Matrix packed{blocks.data(), wb.data(), s.N, s.K};
+    for (SimdLevel l : with_scalar(levels)) {
+      ScopedSimdLevel level(l);
+      std::fill(fast_f.begin(), fast_f.end(), -1.0f);
+      linear_f32_wbf16_packed(xf.data(), s.M, packed, fast_f.data(), &pool);
+      EXPECT_EQ(first_difference(fast_f, twin_f), -1) << "f32_wbf16_packed " << describe(l, s);
     }
   }
 }

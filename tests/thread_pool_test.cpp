@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -104,6 +106,28 @@ TEST(ThreadPool, ConcurrentCallersAreSerialised) {
   job();
   other.join();
   EXPECT_EQ(total.load(), 2 * 50 * 100);
+}
+
+// Many back-to-back short jobs, most with fewer chunks than threads: the workers spin between
+// jobs and an idle worker may still be looking at one job when the next is published. Every
+// index must run exactly once per job, never twice and never skipped.
+TEST(ThreadPool, BackToBackShortJobsRunEveryIndexExactlyOnce) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hits(5);
+  int64_t expected = 0;
+  for (int job = 0; job < 10000; ++job) {
+    const int64_t n = 1 + job % 5;
+    expected += n;
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+    });
+    if (job % 2500 == 2499) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let workers sleep
+  }
+  int64_t total = 0;
+  for (int i = 0; i < 5; ++i) total += hits[size_t(i)].load();
+  EXPECT_EQ(total, expected);
+  // Index i runs in every job with n > i: 10000 jobs cycle n = 1..5 evenly.
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(hits[size_t(i)].load(), 2000 * (5 - i)) << i;
 }
 
 }  // namespace

@@ -13,6 +13,34 @@ struct InsideChunkScope {
   InsideChunkScope() { t_inside_chunk = true; }
   ~InsideChunkScope() { t_inside_chunk = previous; }
 };
+
+// Before a thread sleeps on a condition variable it polls: a few rounds with the CPU's pause hint
+// (the next job of a decode step usually arrives within microseconds), then rounds that yield the
+// CPU, so that when more threads than cores want to run (other processes, parallel tests) the
+// poller steps aside instead of burning the core someone else needs.
+constexpr int kPauseRounds = 64;
+constexpr int kYieldRounds = 128;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Polls pred() until it holds or the budget runs out; returns pred().
+template <class Pred>
+bool spin_until(const Pred& pred) {
+  for (int i = 0; i < kPauseRounds; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+  }
+  for (int i = 0; i < kYieldRounds; ++i) {
+    if (pred()) return true;
+    std::this_thread::yield();
+  }
+  return pred();
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -44,18 +72,32 @@ void ThreadPool::run_chunk(int chunk_index) {
 
 void ThreadPool::worker_main(int chunk_index) {
   uint64_t seen_generation = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
-    if (stopping_) return;
-    seen_generation = generation_;
-    // A job with fewer chunks than threads leaves the higher-numbered workers idle; pending_
-    // only counts the workers that do have a chunk, so skipping is safe.
-    if (chunk_index >= job_chunks_) continue;
-    lock.unlock();
+    // Published jobs bump generation_ with release semantics after writing job_*, so seeing the
+    // new value here (acquire) makes the job fields visible without taking the mutex.
+    const auto new_job = [&] { return generation_.load(std::memory_order_acquire) != seen_generation; };
+    if (!spin_until(new_job)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stopping_ || new_job(); });
+      if (stopping_) return;
+    }
+    bool has_chunk = false;
+    {
+      // Generation and job fields change together under the mutex: read them as one snapshot (a
+      // worker without a chunk is not waited for, so the next job may already be published).
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      seen_generation = generation_.load(std::memory_order_relaxed);
+      // A job with fewer chunks than threads leaves the higher-numbered workers idle; pending_
+      // only counts the workers that do have a chunk, so skipping is safe.
+      has_chunk = chunk_index < job_chunks_;
+    }
+    if (!has_chunk) continue;
     run_chunk(chunk_index);
-    lock.lock();
-    if (--pending_ == 0) done_cv_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mutex_);  // the caller checks pending_ under it before sleeping
+      done_cv_.notify_one();
+    }
   }
 }
 
@@ -73,16 +115,20 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     job_ = &fn;
     job_n_ = n;
     job_chunks_ = chunks;
-    pending_ = chunks - 1;
+    pending_.store(chunks - 1, std::memory_order_relaxed);
     error_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   run_chunk(0);
+  const auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
   std::exception_ptr error;
-  {
+  if (!spin_until(all_done)) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    done_cv_.wait(lock, all_done);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     job_ = nullptr;
     error = error_;
     error_ = nullptr;

@@ -9,8 +9,13 @@
 // The caller thread takes part (it runs the first chunk), so ThreadPool(n) starts n - 1 worker
 // threads. A call allocates nothing: the job is published through a pointer to the caller's
 // std::function and counters under one mutex (lambdas are wrapped by reference, see below).
+// A decode step issues hundreds of short parallel loops, so waking sleeping threads through the
+// kernel for each one cost more than some loops themselves: workers and the caller first poll
+// atomics briefly (pause hints, then yielding rounds), and only then sleep on the condition
+// variables.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -59,12 +64,12 @@ class ThreadPool {
   std::mutex mutex_;       // guards everything below
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  uint64_t generation_ = 0;  // bumped once per published job
+  std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) once per published job
   bool stopping_ = false;
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int job_chunks_ = 0;
-  int pending_ = 0;  // worker chunks of the current job not finished yet
+  std::atomic<int> pending_{0};  // worker chunks of the current job not finished yet
   std::exception_ptr error_;
 };
 

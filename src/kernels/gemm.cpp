@@ -547,6 +547,49 @@ void linear_f32_wbf16(const float* x, int64_t M, const uint16_t* W, int64_t N, i
       [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);
 }
 
+void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool) {
+  check_dims("pack_bf16_rows", 1, N, K);
+  const int64_t NB = N / kPackedRows;
+  parallel_for(pool_for_work(pool, NB * K * kPackedRows), NB, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < kPackedRows; ++j)
+          out[(b * K + k) * kPackedRows + j] = W[(b * kPackedRows + j) * K + k];
+  });
+}
+
+void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool) {
+  const int64_t N = W.N, K = W.K, NB = N / kPackedRows;
+  check_dims("linear_f32_wbf16_packed", M, N, K);
+  if (M == 0 || N == 0) return;
+  const simd::KernelTable* kt = simd::active_kernels();
+  // Blocks split over the threads; the tail rows (N % 16) go with the last part.
+  parallel_for(pool_for_work(pool, M * N * K), NB + 1, [&](int64_t p0, int64_t p1) {
+    const int64_t b1 = std::min(p1, NB);
+    if (p0 < b1) {
+      if (kt) {
+        kt->dense_packed_bf16(x, M, W.blocks, K, p0, b1, y, N);
+      } else {
+        for (int64_t b = p0; b < b1; ++b)
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t j = 0; j < kPackedRows; ++j) {
+              float acc = 0.0f;  // the twin's chain: product rounded, then added
+              for (int64_t k = 0; k < K; ++k)
+                acc += x[m * K + k] * bf16_to_f32(W.blocks[(b * K + k) * kPackedRows + j]);
+              y[m * N + b * kPackedRows + j] = acc;
+            }
+      }
+    }
+    if (p1 == NB + 1)
+      for (int64_t n = NB * kPackedRows; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m) {
+          float acc = 0.0f;
+          for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * bf16_to_f32(W.rows[n * K + k]);
+          y[m * N + n] = acc;
+        }
+  });
+}
+
 void dequant_fp8_to_bf16(const Fp8Matrix& W, uint16_t* out) {
   check_dims("dequant_fp8_to_bf16", 0, W.N, W.K);
   const int64_t scale_cols = (W.K + kBlock - 1) / kBlock;

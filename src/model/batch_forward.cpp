@@ -120,7 +120,7 @@ void Model::forward_batch(std::vector<float>& logits, const std::vector<Sequence
     for (int64_t d = 0; d < D; ++d) hf[b * D + d] = bf16_to_f32(hn[d]);
   }
   logits.resize(size_t(B) * c.vocab_size);
-  linear_f32_wbf16(hf.data(), B, weights_.head, c.vocab_size, D, logits.data(), pool);
+  linear_f32_wbf16_packed(hf.data(), B, weights_.head_packed, logits.data(), pool);
 
   for (int b = 0; b < B; ++b) {
     SequenceState& st = *states[size_t(b)];

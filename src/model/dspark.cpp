@@ -161,7 +161,7 @@ DSparkDraft Model::dspark_draft(SequenceState& state, int32_t token, int n_draft
   DSparkDraft out;
   out.token = token;
   out.logits.resize(size_t(n) * V);
-  linear_f32_wbf16(hf.data(), n, weights_.head, V, D, out.logits.data(), pool);
+  linear_f32_wbf16_packed(hf.data(), n, weights_.head_packed, out.logits.data(), pool);
 
   // Markov chain, strictly in order: slot k's bias comes from the token picked before it.
   std::vector<float> bias(static_cast<size_t>(V)), e(static_cast<size_t>(Rk)), conf_in(size_t(D + Rk));

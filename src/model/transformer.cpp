@@ -297,7 +297,7 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
     for (int64_t d = 0; d < D; ++d) hf[r * D + d] = bf16_to_f32(hn[d]);
   }
   logits.resize(size_t(rows) * c.vocab_size);
-  linear_f32_wbf16(hf.data(), rows, weights_.head, c.vocab_size, D, logits.data(), pool);
+  linear_f32_wbf16_packed(hf.data(), rows, weights_.head_packed, logits.data(), pool);
 
   if (journaled) state.index_k_publisher = publisher_after_call;
   state.pos += int64_t(tokens.size());

@@ -96,6 +96,14 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
   Loader L(*store, w);
   w.embed = L.bf16("embed.weight");
   w.head = L.bf16("head.weight");
+  {
+    // Packed once at load: the head is read whole for every token's logits.
+    const TensorInfo& t = store->get("head.weight");
+    const int64_t N = t.shape[0], K = t.shape[1];
+    auto& buf = L.own(size_t((N / kPackedRows) * K * kPackedRows) * 2);
+    pack_bf16_rows(w.head, N, K, reinterpret_cast<uint16_t*>(buf.data()), nullptr);
+    w.head_packed = PackedBf16Matrix{reinterpret_cast<const uint16_t*>(buf.data()), w.head, N, K};
+  }
   w.norm = L.bf16("norm.weight");
   int64_t layers_done = 0;
   for (const LayerPlan& lp : plan.layers) {
@@ -218,6 +226,10 @@ WeightUse weight_use(const std::string& name) {
 void advise_model_weights(const ModelWeights& w) {
   if (w.store)
     for (const TensorInfo& t : w.store->tensors()) {
+      if (t.name == "head.weight" && w.head_packed.blocks) {
+        advise(t.data, t.nbytes, MADV_DONTNEED);  // read through the packed copy (only its tail rows here)
+        continue;
+      }
       const WeightUse use = weight_use(t.name);
       if (use == WeightUse::Always) advise(t.data, t.nbytes, MADV_WILLNEED);
       else if (use == WeightUse::Embedding) advise(t.data, t.nbytes, MADV_RANDOM);

@@ -106,6 +106,7 @@ struct VisionWeights {
 struct ModelWeights {
   const uint16_t* embed = nullptr;  // bf16 [vocab, dim]
   const uint16_t* head = nullptr;   // bf16 [vocab, dim]
+  PackedBf16Matrix head_packed;     // the head repacked for the dense kernels (gemm.h), owned below
   const uint16_t* norm = nullptr;   // bf16 [dim]
   std::vector<BlockWeights> blocks; // one per plan layer (backbone then DSpark stages)
   DSparkHeadWeights dspark;         // set when the plan has DSpark stages
