@@ -375,17 +375,18 @@ constexpr int64_t kSimdTileRows = 16;  // activation rows that share each decode
 // Tiles of an [rows, N] output for the SIMD kernels: enough column tiles to keep every thread
 // busy (which thread computes an element never changes its value).
 template <class Task>
-void for_each_simd_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, const Task& task) {
+void for_each_simd_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, const Task& task,
+                        int64_t tile_rows = kSimdTileRows, int64_t col_multiple = 8) {
   ThreadPool* p = pool_for_work(pool, rows * N * K);
   const int64_t threads = p ? p->size() : 1;
-  const int64_t row_tiles = (rows + kSimdTileRows - 1) / kSimdTileRows;
-  const int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
+  const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows;
+  int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
+  col_tile = (col_tile + col_multiple - 1) / col_multiple * col_multiple;
   const int64_t col_tiles = (N + col_tile - 1) / col_tile;
   parallel_for(p, row_tiles * col_tiles, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t ct = t / row_tiles, rt = t % row_tiles;
-      task(rt * kSimdTileRows, std::min(rows, (rt + 1) * kSimdTileRows), ct * col_tile,
-           std::min(N, (ct + 1) * col_tile));
+      task(rt * tile_rows, std::min(rows, (rt + 1) * tile_rows), ct * col_tile, std::min(N, (ct + 1) * col_tile));
     }
   });
 }
@@ -407,10 +408,15 @@ void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
       for (int64_t r = r0; r < r1; ++r)
         kt.prepare_fp8_row(x + (m0 + r) * K, K, codes + r * K, scales + r * KB, values + r * K, special + r);
     });
-    for_each_simd_tile(rows, W.N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-      const simd::Fp8Activations act{values + r0 * K, scales + r0 * KB, codes + r0 * K, special + r0, K};
-      kt.fp8(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
-    });
+    // Prefill tiles take the whole chunk of rows: the kernel decodes a weight tile once for all
+    // of them (decode tiles stay one row: the in-register path).
+    for_each_simd_tile(
+        rows, W.N, K, pool,
+        [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+          const simd::Fp8Activations act{values + r0 * K, scales + r0 * KB, codes + r0 * K, special + r0, K};
+          kt.fp8(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
+        },
+        kChunkRows, 16);
   }
 }
 
