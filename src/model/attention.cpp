@@ -173,9 +173,21 @@ void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const ui
   DS41_SCRATCH(uint16_t, group_in, int64_t(S) * K);
   DS41_SCRATCH(uint16_t, group_out, int64_t(S) * Rk);
   DS41_SCRATCH(uint16_t, u, int64_t(S) * G * Rk);
+  // A decode row reads group g's rows from the packed copy (one stream per 16 rows, the same
+  // sums); several rows lay the weights out per call instead (gemm.h).
+  const bool packed = S < 4 && Rk % kPackedRows == 0 && w.wo_a_packed.blocks;
+  DS41_SCRATCH(float, in_f32, packed ? int64_t(S) * K : 0);
+  DS41_SCRATCH(float, out_f32, packed ? int64_t(S) * Rk : 0);
   for (int64_t g = 0; g < G; ++g) {
     for (int s = 0; s < S; ++s) std::memcpy(group_in.data() + s * K, o + s * H * Dh + g * K, size_t(K) * 2);
-    linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), pool);
+    if (packed) {
+      const PackedBf16Matrix group{w.wo_a_packed.blocks + g * Rk * K, w.wo_a + g * Rk * K, Rk, K};
+      for (int64_t i = 0; i < int64_t(S) * K; ++i) in_f32[size_t(i)] = bf16_to_f32(group_in[size_t(i)]);
+      linear_f32_wbf16_packed(in_f32.data(), S, group, out_f32.data(), pool);
+      for (int64_t i = 0; i < int64_t(S) * Rk; ++i) group_out[size_t(i)] = f32_to_bf16(out_f32[size_t(i)]);
+    } else {
+      linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), pool);
+    }
     for (int s = 0; s < S; ++s) std::memcpy(u.data() + (s * G + g) * Rk, group_out.data() + s * Rk, size_t(Rk) * 2);
   }
   linear_fp8(u.data(), S, w.wo_b, y, pool);

@@ -131,6 +131,9 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
       auto& buf = L.own(size_t(wo_a.N * wo_a.K) * 2);
       dequant_fp8_to_bf16(wo_a, reinterpret_cast<uint16_t*>(buf.data()));
       b.wo_a = reinterpret_cast<const uint16_t*>(buf.data());
+      auto& packed = L.own(size_t((wo_a.N / kPackedRows) * wo_a.K * kPackedRows) * 2);
+      pack_bf16_rows(b.wo_a, wo_a.N, wo_a.K, reinterpret_cast<uint16_t*>(packed.data()), nullptr);
+      b.wo_a_packed = PackedBf16Matrix{reinterpret_cast<const uint16_t*>(packed.data()), b.wo_a, wo_a.N, wo_a.K};
     }
     if (lp.kv_source) {
       if (lp.ratio > 1) {

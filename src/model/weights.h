@@ -39,6 +39,7 @@ struct BlockWeights {
   const uint16_t* q_norm = nullptr;
   const uint16_t* kv_norm = nullptr;
   const uint16_t* wo_a = nullptr;  // bf16 [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
+  PackedBf16Matrix wo_a_packed;    // the same rows packed for one-row (decode) products (gemm.h)
   const float* attn_sink = nullptr;
   // compressor (kv sources)
   const uint16_t* comp_wkv_bf16 = nullptr;  // ratio 1: bf16 projection
