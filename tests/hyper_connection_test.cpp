@@ -17,11 +17,7 @@
 #include "kernels/torch_sum.h"
 #include "kernels/vector_exp.h"
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 namespace {

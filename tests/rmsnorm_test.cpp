@@ -13,11 +13,7 @@
 #include "kernels/numeric_formats.h"
 
 // The fp32 emulations below must round every step like the kernel is supposed to.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 namespace {

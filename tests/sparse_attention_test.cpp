@@ -15,11 +15,7 @@
 
 #include "kernels/numeric_formats.h"
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 namespace {

@@ -13,11 +13,7 @@
 
 // Every fp32 op must round on its own like the reference's separate tensor ops (e.g. m*scale then
 // + base): forbid FMA contraction, which -march=native would otherwise allow.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 namespace {

@@ -6,11 +6,7 @@
 #include "kernels/simd_kernels.h"
 
 // Each fp32 product and sum rounds on its own, as in the reference's bf16/fp32 tensor ops.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 

@@ -8,11 +8,7 @@
 
 // Every fp32 operation below must round on its own, as torch's separate tensor ops do: forbid
 // fusing a*b+c into an FMA (which -march=native would otherwise allow GCC to do).
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 

@@ -12,11 +12,7 @@
 
 // Each fp32 product/sum must round on its own (torch's complex multiply and YaRN blend are
 // separate roundings): forbid FMA contraction, which -march=native would otherwise allow.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 namespace {

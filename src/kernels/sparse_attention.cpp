@@ -11,11 +11,7 @@
 
 // denom*alpha + sum and acc*alpha + partial are separate fp32 roundings in the reference:
 // forbid FMA contraction, which -march=native would otherwise allow.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 

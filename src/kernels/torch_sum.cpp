@@ -6,11 +6,7 @@
 #include "kernels/numeric_formats.h"
 
 // Every addition must round on its own in fp32, in the order written.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "base/fp_contract_off.h"
 
 namespace ds41 {
 
