@@ -10,30 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
+#include "test_command.h"
 
 namespace ds41 {
 namespace {
 
-struct CommandResult {
-  int status = -1;
-  std::string out, err;
-};
-
-CommandResult run_ds41(const std::string& args) {
-  test::TempDir tmp;
-  const std::string err_file = tmp / "stderr";
-  CommandResult r;
-  FILE* p = popen((test::ds41_binary() + " " + args + " 2>" + err_file).c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
+using test::CommandResult;
+using test::run_ds41;
 
 std::string data(const std::string& leaf) { return std::string(DS41_SOURCE_DIR) + "/tests/data/prompt_encoding/" + leaf; }
 std::string read(const std::string& path) {

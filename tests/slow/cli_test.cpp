@@ -11,31 +11,13 @@
 #include "test_paths.h"
 #include "test_tokenizer_files.h"
 #include "../tiny_model.h"
+#include "test_command.h"
 
 namespace ds41 {
 namespace {
 
-struct CommandResult {
-  int status = -1;
-  std::string out, err;
-};
-
-CommandResult run_ds41(const std::string& args) {
-  test::TempDir tmp;
-  const std::string err_file = tmp / "stderr";
-  const std::string cmd = test::ds41_binary() + " " + args + " 2>" + err_file;
-  CommandResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
+using test::CommandResult;
+using test::run_ds41;
 
 TEST(Cli, InspectReleasedConfigReportsTheCensus) {
   if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
