@@ -442,11 +442,15 @@ void simd_linear_fp4(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
         kt.prepare_fp4_row(x + (m0 + r) * K, K, codes + r * K, raw_scales + r * KB, chunks + r * 3 * K,
                            offsets + r * KB, scales + r * KB, special + r);
     });
-    for_each_simd_tile(rows, W.N, K, pool, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-      const simd::Fp4Activations act{chunks + r0 * 3 * K, offsets + r0 * KB, scales + r0 * KB,
-                                     codes + r0 * K,      raw_scales + r0 * KB, special + r0, K};
-      kt.fp4(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
-    });
+    // As for FP8: prefill tiles take the whole chunk of rows (one weight-tile decode for all).
+    for_each_simd_tile(
+        rows, W.N, K, pool,
+        [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+          const simd::Fp4Activations act{chunks + r0 * 3 * K, offsets + r0 * KB, scales + r0 * KB,
+                                         codes + r0 * K,      raw_scales + r0 * KB, special + r0, K};
+          kt.fp4(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
+        },
+        kChunkRows, 16);
   }
 }
 
