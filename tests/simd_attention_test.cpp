@@ -24,7 +24,7 @@ namespace {
 
 std::vector<SimdLevel> simd_levels() {
   std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512})
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi})
     if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
   return out;
 }

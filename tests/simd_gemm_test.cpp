@@ -29,7 +29,7 @@ std::vector<SimdLevel> with_scalar(std::vector<SimdLevel> levels) {
 
 std::vector<SimdLevel> simd_levels() {
   std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512})
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi})
     if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
   return out;
 }
@@ -351,9 +351,10 @@ TEST(SimdLevel, ParsesNamesAndCapsAtTheSupportedLevel) {
   EXPECT_EQ(parse_simd_level("scalar"), SimdLevel::Scalar);
   EXPECT_EQ(parse_simd_level("avx2"), SimdLevel::Avx2);
   EXPECT_EQ(parse_simd_level("avx512"), SimdLevel::Avx512);
+  EXPECT_EQ(parse_simd_level("avx512vbmi"), SimdLevel::Avx512Vbmi);
   EXPECT_FALSE(parse_simd_level("sse9").has_value());
   const SimdLevel before = simd_level();
-  EXPECT_EQ(set_simd_level(SimdLevel::Avx512), simd_level_supported());
+  EXPECT_EQ(set_simd_level(SimdLevel::Avx512Vbmi), simd_level_supported());
   EXPECT_EQ(set_simd_level(SimdLevel::Scalar), SimdLevel::Scalar);
   EXPECT_EQ(simd_level(), SimdLevel::Scalar);
   set_simd_level(before);

@@ -398,6 +398,7 @@ void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
   const int64_t K = W.K, KB = K / kBlock;
   thread_local std::vector<uint8_t> codes_buffer, special_buffer;
   thread_local std::vector<float> scales_buffer, values_buffer;
+  thread_local std::vector<int8_t> digits_buffer;
   for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
     const int64_t rows = std::min(kChunkRows, M - m0);
     uint8_t* codes = scratch(codes_buffer, rows * K);
@@ -408,12 +409,18 @@ void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, 
       for (int64_t r = r0; r < r1; ++r)
         kt.prepare_fp8_row(x + (m0 + r) * K, K, codes + r * K, scales + r * KB, values + r * K, special + r);
     });
+    // A lone row on a level with an integer decode kernel: its digit planes, once per call.
+    int8_t* digits = nullptr;
+    if (rows == 1 && kt.prepare_fp8_digits) {
+      digits = scratch(digits_buffer, 3 * K);
+      kt.prepare_fp8_digits(codes, K, digits);
+    }
     // Prefill tiles take the whole chunk of rows: the kernel decodes a weight tile once for all
     // of them (decode tiles stay one row: the in-register path).
     for_each_simd_tile(
         rows, W.N, K, pool,
         [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-          const simd::Fp8Activations act{values + r0 * K, scales + r0 * KB, codes + r0 * K, special + r0, K};
+          const simd::Fp8Activations act{values + r0 * K, scales + r0 * KB, codes + r0 * K, special + r0, K, digits};
           kt.fp8(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
         },
         kChunkRows, 16);

@@ -1,4 +1,4 @@
-// The AVX-512 (F/BW/DQ/VL/VNNI), 256-bit vectors kernel table: simd_gemm.inc compiled for this ISA. Only the functions defined below the
+// The AVX-512 (F/BW/DQ/VL/VNNI), 256-bit vectors kernel tables (avx512, avx512vbmi): simd_gemm.inc compiled for this ISA. Only the functions defined below the
 // target pragma carry the ISA; everything included above it (standard library, shared headers)
 // is compiled for the baseline, so no out-of-line copy with avx512 instructions can be picked up
 // by code that runs on other CPUs. Called only after simd_level_supported() checked the CPU.
@@ -34,13 +34,22 @@ namespace ds41::simd::avx512 {
 #include "kernels/simd_gemm.inc"
 #include "kernels/simd_attention.inc"
 #include "kernels/simd_peak.inc"
+#include "kernels/simd_fp8_decode.inc"
 
-extern const KernelTable kTable;
+extern const KernelTable kTable, kTableVbmi;
 const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,     dense_packed_bf16,
                             fp8_kernel,         fp4_kernel,      act_quant_row_simd,
                             prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
                             indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
-                            mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd};
+                            mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
+                            nullptr};
+// The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
+const KernelTable kTableVbmi = {SimdLevel::Avx512Vbmi, dense_bf16w,     dense_f32w,     dense_packed_bf16,
+                                fp8_kernel_vbmi,       fp4_kernel,      act_quant_row_simd,
+                                prepare_fp8_row,       prepare_fp4_row, sparse_attention_row_simd,
+                                indexer_scores_simd,   hc_mix_dots_simd, fma_peak_simd,
+                                mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
+                                prepare_fp8_digits};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

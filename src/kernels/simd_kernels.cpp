@@ -7,7 +7,7 @@ namespace avx2 {
 extern const KernelTable kTable;
 }
 namespace avx512 {
-extern const KernelTable kTable;
+extern const KernelTable kTable, kTableVbmi;
 }
 #endif
 
@@ -16,6 +16,7 @@ const KernelTable* kernel_table(SimdLevel level) {
   switch (level) {
     case SimdLevel::Avx2: return &avx2::kTable;
     case SimdLevel::Avx512: return &avx512::kTable;
+    case SimdLevel::Avx512Vbmi: return &avx512::kTableVbmi;
     case SimdLevel::Scalar: return nullptr;
   }
 #endif

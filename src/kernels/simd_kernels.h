@@ -20,6 +20,10 @@ struct Fp8Activations {
   const uint8_t* codes;    // [rows][K] the E4M3 codes (for the scalar fallback)
   const uint8_t* special;  // [rows] 1 = the row holds a NaN code or a non-finite scale
   int64_t K;
+  // Decode kernels of the avx512vbmi level only (M = 1): the values times 2^9 as integers a9 split
+  // into int8 planes [3][K], a9 = c0 + 2^7 c1 + 2^14 c2 with c0, c1 in [0, 127], c2 in [-14, 14]
+  // (prepare_fp8_digits); nullptr elsewhere.
+  const int8_t* digits = nullptr;
 };
 
 // Activations of an FP4-weight GEMM, prepared for 8-bit integer dot products: each E4M3 value
@@ -86,6 +90,9 @@ struct KernelTable {
   void (*mxfp4_dequant_row)(const uint8_t* packed, const uint8_t* e8m0, int64_t K, uint16_t* out);
   void (*nvfp4_dequant_row)(const uint8_t* packed, const uint8_t* e4m3_scales, int64_t K, uint16_t* out);
   void (*fp8_dequant_row)(const uint8_t* codes, const uint8_t* e8m0, int64_t K, uint16_t* out);
+  // Fp8Activations::digits of one row from its E4M3 codes (K % 32 == 0); nullptr on levels whose
+  // fp8 kernel does not read them.
+  void (*prepare_fp8_digits)(const uint8_t* codes, int64_t K, int8_t* digits);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

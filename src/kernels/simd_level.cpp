@@ -38,7 +38,9 @@ SimdLevel detect_supported() {
   const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31)) &&  // F DQ BW VL
                       (c & (1u << 11)) &&                                                            // VNNI
                       (xcr0 & 0xe0) == 0xe0;  // opmask and ZMM state
-  return avx512 ? SimdLevel::Avx512 : SimdLevel::Avx2;
+  if (!avx512) return SimdLevel::Avx2;
+  const bool vbmi = c & (1u << 1);
+  return vbmi ? SimdLevel::Avx512Vbmi : SimdLevel::Avx512;
 #else
   return SimdLevel::Scalar;
 #endif
@@ -66,7 +68,7 @@ SimdLevel simd_level() {
   if (const char* env = std::getenv("DS41_SIMD"); env && *env && std::string_view(env) != "auto") {
     const std::optional<SimdLevel> parsed = parse_simd_level(env);
     if (!parsed)
-      throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx512 or auto)");
+      throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx512, avx512vbmi or auto)");
     chosen = cap(*parsed);
   }
   g_level.store(static_cast<int>(chosen), std::memory_order_relaxed);
@@ -84,6 +86,7 @@ const char* simd_level_name(SimdLevel level) {
     case SimdLevel::Scalar: return "scalar";
     case SimdLevel::Avx2: return "avx2";
     case SimdLevel::Avx512: return "avx512";
+    case SimdLevel::Avx512Vbmi: return "avx512vbmi";
   }
   return "?";
 }
@@ -92,6 +95,7 @@ std::optional<SimdLevel> parse_simd_level(std::string_view name) {
   if (name == "scalar") return SimdLevel::Scalar;
   if (name == "avx2") return SimdLevel::Avx2;
   if (name == "avx512") return SimdLevel::Avx512;
+  if (name == "avx512vbmi") return SimdLevel::Avx512Vbmi;
   return std::nullopt;
 }
 

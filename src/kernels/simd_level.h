@@ -2,12 +2,15 @@
 // twin the SIMD paths are tested against, bit for bit); on x86-64 the engine also carries AVX2
 // and AVX-512 versions, compiled with per-function target attributes, and picks the best one the
 // running CPU supports. The choice never changes a result — only the speed — so it can be forced
-// lower for comparisons: environment variable DS41_SIMD=scalar|avx2|avx512 (the default is the
-// best supported), or set_simd_level() in tests and `ds41 bench`.
+// lower for comparisons: environment variable DS41_SIMD=scalar|avx2|avx512|avx512vbmi (the
+// default is the best supported), or set_simd_level() in tests and `ds41 bench`.
 //
 //   avx2    AVX2 + FMA + F16C (Haswell, Zen 1 and later)
 //   avx512  AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Cascade Lake, Zen 4 and later); the kernels use
 //           256-bit vectors with the AVX-512 instructions (VNNI dot products, 32 registers)
+//   avx512vbmi  avx512 + VBMI (Ice Lake, Zen 4 and later; not Cascade Lake): the same kernels
+//           except the FP8 decode product, which becomes 8-bit integer dot products on weight
+//           digits looked up with 128-entry byte permutes (simd_fp8_decode.inc)
 #pragma once
 
 #include <optional>
@@ -15,7 +18,7 @@
 
 namespace ds41 {
 
-enum class SimdLevel : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+enum class SimdLevel : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vbmi = 3 };
 
 // The best level this CPU and this build can run.
 SimdLevel simd_level_supported();
@@ -26,7 +29,7 @@ SimdLevel simd_level();
 SimdLevel set_simd_level(SimdLevel level);
 
 const char* simd_level_name(SimdLevel level);
-std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx512"
+std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx512", "avx512vbmi"
 
 // Sets a level for a scope and restores the previous one (tests, bench).
 class ScopedSimdLevel {
