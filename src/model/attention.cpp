@@ -109,11 +109,18 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   // ---- sparse attention with sink (§5.6) ----------------------------------------------------
   DS41_SCRATCH(uint16_t, o, int64_t(S) * H * Dh);
   const float softmax_scale = float(std::pow(double(Dh), -0.5));
-  parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+  // Tasks are (token, head group): with fewer tokens than threads (decode) the heads are split so
+  // that every thread has work. Heads are independent in the kernel, so any grouping gives the
+  // same values.
+  const int threads = ctx.pool ? ctx.pool->size() : 1;
+  const int64_t head_groups = S >= threads ? 1 : std::min<int64_t>(H, threads);
+  parallel_for(ctx.pool, S * head_groups, [&](int64_t t0, int64_t t1) {
     DS41_SCRATCH_EMPTY(const uint16_t*, rows);
     scratch_reserve(rows, size_t(W + c.index_topk));  // planned: a full window and a full top-k
     DS41_SCRATCH(float, scratch, sparse_attention_scratch_floats(Dh));
-    for (int64_t s = s0; s < s1; ++s) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t s = t / head_groups, g = t % head_groups;
+      const int64_t h0 = H * g / head_groups, h1 = H * (g + 1) / head_groups;
       rows.clear();
       const int64_t p = ctx.pos(int(s));
       for (int64_t k = std::max(window_floor, p - (W - 1)); k <= p; ++k) rows.push_back(window_row(k));
@@ -122,9 +129,9 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
           auto it = std::lower_bound(used_entries.begin(), used_entries.end(), e);
           rows.push_back(used_rows.data() + (it - used_entries.begin()) * Dh);
         }
-      sparse_attention_row(q.data() + s * H * Dh, int(H), Dh, rows.data(), int(rows.size()), w.attn_sink,
-                           softmax_scale, o.data() + s * H * Dh, scratch.data());
-      for (int64_t h = 0; h < H; ++h)  // de-rotate with the query position (§5.7 step 1)
+      sparse_attention_row(q.data() + (s * H + h0) * Dh, int(h1 - h0), Dh, rows.data(), int(rows.size()),
+                           w.attn_sink + h0, softmax_scale, o.data() + (s * H + h0) * Dh, scratch.data());
+      for (int64_t h = h0; h < h1; ++h)  // de-rotate with the query position (§5.7 step 1)
         rope_apply(o.data() + (s * H + h) * Dh + (Dh - R), cos_row(s), sin_row(s), int(R), true);
     }
   });

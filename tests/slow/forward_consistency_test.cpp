@@ -109,6 +109,12 @@ TEST_F(ForwardConsistency, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(a.final_stream, b.final_stream);
   EXPECT_EQ(a.final_stream, d.final_stream);
   EXPECT_EQ(0, std::memcmp(a.last_logits.data(), b.last_logits.data(), a.last_logits.size() * 4));
+  // One token per call (decode): attention splits its heads across the threads.
+  auto short_prompt = random_prompt(40, 8);
+  RunResult e = run_chunked(*model_, short_prompt, 1, &one);
+  RunResult f = run_chunked(*model_, short_prompt, 1, &three);
+  EXPECT_EQ(e.final_stream, f.final_stream);
+  EXPECT_EQ(0, std::memcmp(e.last_logits.data(), f.last_logits.data(), e.last_logits.size() * 4));
 }
 
 TEST_F(ForwardConsistency, ReferenceIndexKeysDifferOnlyAtIncompleteGroupDecodeSteps) {
