@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
@@ -155,6 +156,59 @@ TEST(SimdGemm, Fp4MatchesTwinBitForBit) {
       EXPECT_EQ(first_difference(fast, twin), -1) << describe(l, s);
     }
   }
+}
+
+// Batched jobs (MoE experts at decode): FP8 and FP4 jobs of different shapes and row counts in
+// one call give each job's single-call bits (and so the twins'), at every level and the scalar one.
+TEST(SimdGemm, BatchedJobsMatchSingleCalls) {
+  std::mt19937 rng(4);
+  ThreadPool pool(3);
+  struct JobShape {
+    bool fp8;
+    int64_t M, N, K;
+  };
+  const JobShape shapes[] = {{false, 1, 48, 128}, {false, 1, 48, 128}, {true, 1, 37, 96},
+                             {false, 2, 16, 224}, {true, 3, 70, 256},  {true, 1, 200, 1024}, {false, 0, 8, 64}};
+  struct Data {
+    std::vector<uint16_t> x;
+    std::vector<uint8_t> w, scale;
+    Fp8Matrix w8{};
+    Fp4Matrix w4{};
+    std::vector<uint16_t> twin, out;
+  };
+  std::vector<Data> data(std::size(shapes));
+  for (size_t j = 0; j < data.size(); ++j) {
+    const JobShape& s = shapes[j];
+    Data& d = data[j];
+    d.x = random_bf16(std::max<int64_t>(s.M, 1) * s.K, rng);
+    if (s.fp8) {
+      d.w = random_e4m3(s.N * s.K, rng);
+      d.scale = random_scales(((s.N + 31) / 32) * (s.K / 32), rng);
+      d.w8 = Fp8Matrix{d.w.data(), d.scale.data(), s.N, s.K};
+    } else {
+      d.w = random_bytes(s.N * s.K / 2, rng);
+      d.scale = random_scales(s.N * (s.K / 32), rng);
+      d.w4 = Fp4Matrix{d.w.data(), d.scale.data(), s.N, s.K};
+    }
+    d.twin.assign(size_t(s.M * s.N), 0);
+    if (s.fp8) linear_fp8_reference(d.x.data(), s.M, d.w8, d.twin.data());
+    else linear_fp4_reference(d.x.data(), s.M, d.w4, d.twin.data());
+  }
+  for (SimdLevel l : with_scalar(simd_levels())) {
+    ScopedSimdLevel level(l);
+    std::vector<QuantizedLinearJob> jobs;
+    for (size_t j = 0; j < data.size(); ++j) {
+      Data& d = data[j];
+      d.out.assign(d.twin.size(), 0xdead);
+      jobs.push_back({d.x.data(), shapes[j].M, shapes[j].fp8 ? &d.w8 : nullptr, shapes[j].fp8 ? nullptr : &d.w4,
+                      d.out.data()});
+    }
+    linear_quantized_batch(jobs.data(), int(jobs.size()), &pool);
+    for (size_t j = 0; j < data.size(); ++j)
+      EXPECT_EQ(first_difference(data[j].out, data[j].twin), -1) << simd_level_name(l) << " job " << j;
+  }
+  QuantizedLinearJob neither{data[0].x.data(), 1, nullptr, nullptr, data[0].out.data()};
+  EXPECT_THROW(linear_quantized_batch(&neither, 1, &pool), Error);
 }
 
 // Extreme activation blocks: the largest E4M3 magnitudes (a9 = +-448 * 2^9, the int32 limits of

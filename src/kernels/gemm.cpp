@@ -518,6 +518,91 @@ uint16_t fp4_element_scalar(const uint8_t* codes, const float* scales, const Fp4
 }  // namespace simd
 
 // ---- public fast paths -----------------------------------------------------------------------
+// linear_quantized_batch on the SIMD kernels: every job's activation rows prepared on this thread
+// (they are few), then one parallel loop over the column tiles of all jobs, each tile computed by
+// the same kernel call the single-job path makes for it.
+static void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLinearJob* jobs, int count,
+                                 ThreadPool* pool) {
+  struct Prepared {
+    simd::Fp8Activations a8{};
+    simd::Fp4Activations a4{};
+  };
+  struct Tile {
+    int job;
+    int64_t n0, n1;
+  };
+  thread_local std::vector<Prepared> prepared;
+  thread_local std::vector<Tile> tiles;
+  thread_local std::vector<uint8_t> codes_buffer, special_buffer;
+  thread_local std::vector<float> f1_buffer, f2_buffer;
+  thread_local std::vector<int8_t> i8_buffer;
+  thread_local std::vector<int32_t> i32_buffer;
+  int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, work = 0;
+  for (int j = 0; j < count; ++j) {
+    const QuantizedLinearJob& job = jobs[j];
+    const int64_t N = job.fp8 ? job.fp8->N : job.fp4->N, K = job.fp8 ? job.fp8->K : job.fp4->K;
+    check_quantized_dims(job.fp8 ? "linear_fp8" : "linear_fp4", job.M, N, K);
+    codes_n += job.M * K;
+    special_n += job.M;
+    f1_n += job.fp8 ? job.M * K : job.M * (K / kBlock);  // values | raw scales
+    f2_n += job.M * (K / kBlock);                        // scales
+    i8_n += job.fp8 ? (job.M == 1 && kt.prepare_fp8_digits ? 3 * K : 0) : job.M * 3 * K;
+    i32_n += job.fp8 ? 0 : job.M * (K / kBlock);
+    work += job.M * N * K;
+  }
+  uint8_t* codes = scratch(codes_buffer, codes_n);
+  uint8_t* special = scratch(special_buffer, special_n);
+  float* f1 = scratch(f1_buffer, f1_n);
+  float* f2 = scratch(f2_buffer, f2_n);
+  int8_t* i8 = scratch(i8_buffer, i8_n);
+  int32_t* i32 = scratch(i32_buffer, i32_n);
+  if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
+  tiles.clear();
+  const int64_t threads = pool_for_work(pool, work) ? pool->size() : 1;
+  for (int j = 0; j < count; ++j) {
+    const QuantizedLinearJob& job = jobs[j];
+    if (job.M == 0) continue;
+    const int64_t N = job.fp8 ? job.fp8->N : job.fp4->N, K = job.fp8 ? job.fp8->K : job.fp4->K, KB = K / kBlock;
+    Prepared& p = prepared[size_t(j)];
+    if (job.fp8) {
+      int8_t* digits = job.M == 1 && kt.prepare_fp8_digits ? i8 : nullptr;
+      for (int64_t r = 0; r < job.M; ++r)
+        kt.prepare_fp8_row(job.x + r * K, K, codes + r * K, f2 + r * KB, f1 + r * K, special + r);
+      if (digits) kt.prepare_fp8_digits(codes, K, digits);
+      p.a8 = simd::Fp8Activations{f1, f2, codes, special, K, digits};
+      f1 += job.M * K;
+      i8 += digits ? 3 * K : 0;
+    } else {
+      for (int64_t r = 0; r < job.M; ++r)
+        kt.prepare_fp4_row(job.x + r * K, K, codes + r * K, f1 + r * KB, i8 + r * 3 * K, i32 + r * KB, f2 + r * KB,
+                           special + r);
+      p.a4 = simd::Fp4Activations{i8, i32, f2, codes, f1, special, K};
+      f1 += job.M * KB;
+      i8 += job.M * 3 * K;
+      i32 += job.M * KB;
+    }
+    codes += job.M * K;
+    special += job.M;
+    f2 += job.M * KB;
+    // The single-job path's column tiles (for_each_simd_tile) for this job's share of the threads.
+    int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
+    col_tile = (col_tile + 15) / 16 * 16;
+    for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
+  }
+  // The workers read this thread's lists (thread_local names would be their own, empty, ones).
+  const Tile* tile_list = tiles.data();
+  const Prepared* prepared_list = prepared.data();
+  parallel_for(pool_for_work(pool, work), int64_t(tiles.size()), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const Tile& tile = tile_list[t];
+      const QuantizedLinearJob& job = jobs[tile.job];
+      const Prepared& p = prepared_list[tile.job];
+      if (job.fp8) kt.fp8(p.a8, job.M, *job.fp8, tile.n0, tile.n1, job.y, job.fp8->N);
+      else kt.fp4(p.a4, job.M, *job.fp4, tile.n0, tile.n1, job.y, job.fp4->N);
+    }
+  });
+}
+
 void linear_fp8(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y, ThreadPool* pool) {
   if (const simd::KernelTable* kt = simd::active_kernels()) return simd_linear_fp8(*kt, x, M, W, y, pool);
   quantized_linear("linear_fp8", x, M, W.N, W.K, Fp8Rows{W, (W.K + kBlock - 1) / kBlock}, y, pool);
@@ -526,6 +611,19 @@ void linear_fp8(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y, T
 void linear_fp4(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y, ThreadPool* pool) {
   if (const simd::KernelTable* kt = simd::active_kernels()) return simd_linear_fp4(*kt, x, M, W, y, pool);
   quantized_linear("linear_fp4", x, M, W.N, W.K, Fp4Rows{W}, y, pool);
+}
+
+void linear_quantized_batch(const QuantizedLinearJob* jobs, int count, ThreadPool* pool) {
+  for (int j = 0; j < count; ++j)
+    if (!jobs[j].fp8 == !jobs[j].fp4) throw Error("linear_quantized_batch: a job needs exactly one of fp8 / fp4");
+  const simd::KernelTable* kt = simd::active_kernels();
+  bool small = kt != nullptr;  // the batched path holds each job's rows in one prepared chunk
+  for (int j = 0; j < count; ++j) small = small && jobs[j].M <= kChunkRows;
+  if (small) return simd_linear_quantized_batch(*kt, jobs, count, pool);
+  for (int j = 0; j < count; ++j) {
+    if (jobs[j].fp8) linear_fp8(jobs[j].x, jobs[j].M, *jobs[j].fp8, jobs[j].y, pool);
+    else linear_fp4(jobs[j].x, jobs[j].M, *jobs[j].fp4, jobs[j].y, pool);
+  }
 }
 
 void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, uint16_t* y,

@@ -46,6 +46,20 @@ struct Fp4Matrix {
 // act_quant(x) per row (block 32, §3.1), then the block-scaled GEMM of §3.3, bf16 out.
 void linear_fp8(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y, ThreadPool* pool);
 void linear_fp4(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y, ThreadPool* pool);
+// Several independent block-scaled linears, each with its own activations x [M, K], weight (FP8
+// or FP4: set exactly one) and output y [M, N], run as one parallel job. For decode-size calls (a
+// few rows each, e.g. the experts of a MoE layer at one token) whose separate thread hand-offs and
+// activation preparations cost as much as the small products themselves. Every output is
+// bit-identical to linear_fp8 / linear_fp4 of that job alone.
+struct QuantizedLinearJob {
+  const uint16_t* x = nullptr;
+  int64_t M = 0;
+  const Fp8Matrix* fp8 = nullptr;
+  const Fp4Matrix* fp4 = nullptr;
+  uint16_t* y = nullptr;
+};
+void linear_quantized_batch(const QuantizedLinearJob* jobs, int count, ThreadPool* pool);
+
 // bf16 x, bf16 W, fp32 accumulation; bf16 or fp32 out.
 void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, uint16_t* y,
                  ThreadPool* pool);

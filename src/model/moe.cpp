@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "base/error.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
@@ -50,7 +51,18 @@ void apply_score_function(ScoreFunc fn, float* row, int E) {
   }
 }
 
-// SwiGLU with the training clamps: up clamped both sides, gate from above only (§8.2).
+// SwiGLU with the training clamps: up clamped both sides, gate from above only (§8.2); the
+// routing weight (if any) multiplies before w2.
+void swiglu_rows(const uint16_t* g, const uint16_t* u, int64_t n, int64_t I, const float* route_w, float limit,
+                 uint16_t* h) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < I; ++i) {
+      float a = swiglu(bf16_to_f32(g[r * I + i]), bf16_to_f32(u[r * I + i]), limit);
+      if (route_w) a = route_w[r] * a;
+      h[r * I + i] = f32_to_bf16(a);
+    }
+}
+
 template <class Lin>
 void expert_rows(const uint16_t* x, int64_t n, const Lin& w1, const Lin& w2, const Lin& w3, const float* route_w,
                  float limit, uint16_t* out, ThreadPool* pool,
@@ -61,14 +73,15 @@ void expert_rows(const uint16_t* x, int64_t n, const Lin& w1, const Lin& w2, con
   DS41_SCRATCH(uint16_t, h, n * I);
   linear(x, n, w1, g.data(), pool);
   linear(x, n, w3, u.data(), pool);
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t i = 0; i < I; ++i) {
-      float a = swiglu(bf16_to_f32(g[r * I + i]), bf16_to_f32(u[r * I + i]), limit);
-      if (route_w) a = route_w[r] * a;              // routing weight before w2
-      h[r * I + i] = f32_to_bf16(a);
-    }
+  swiglu_rows(g.data(), u.data(), n, I, route_w, limit, h.data());
   linear(h.data(), n, w2, out, pool);
 }
+
+// Calls with at most this many (token, expert) pairs run every expert of the layer, the shared one
+// included, as two batched parallel jobs (w1 and w3 of all, then w2 of all: linear_quantized_batch)
+// instead of three calls per expert. Decode and speculative verification steps are this small;
+// their experts' matrices are so small that per-call hand-offs were a large share of their time.
+constexpr int64_t kBatchedExpertRows = 64;
 
 }  // namespace
 
@@ -118,29 +131,65 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   DS41_SCRATCH_EMPTY(uint16_t, out);
   DS41_SCRATCH_EMPTY(float, rw);
   DS41_SCRATCH_EMPTY(int, toks);
+  DS41_SCRATCH_EMPTY(int64_t, first);  // per expert: its first row in toks / rw / xin / out
+  first.assign(size_t(E) + 1, 0);
   for (int e = 0; e < E; ++e) {
-    toks.clear();
-    rw.clear();
     for (int s = 0; s < S; ++s)
       for (int j = 0; j < k; ++j)
         if (ids[int64_t(s) * k + j] == e) {
           toks.push_back(s);
           rw.push_back(weights[int64_t(s) * k + j]);
         }
-    if (toks.empty()) continue;
-    const int64_t n = int64_t(toks.size());
-    xin.resize(size_t(n) * D);
-    out.resize(size_t(n) * D);
-    for (int64_t r = 0; r < n; ++r) std::copy(x + int64_t(toks[r]) * D, x + int64_t(toks[r] + 1) * D, xin.data() + r * D);
-    const ExpertWeights& ew = w.experts[size_t(e)];
-    expert_rows<Fp4Matrix>(xin.data(), n, ew.w1, ew.w2, ew.w3, rw.data(), limit, out.data(), ctx.pool, &linear_fp4);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t d = 0; d < D; ++d) acc[int64_t(toks[r]) * D + d] += bf16_to_f32(out[r * D + d]);
+    first[size_t(e) + 1] = int64_t(toks.size());
   }
-  // Shared expert (FP8, no routing weight), added last.
-  DS41_SCRATCH(uint16_t, shared, int64_t(S) * D);
-  expert_rows<Fp8Matrix>(x, S, w.shared.w1, w.shared.w2, w.shared.w3, nullptr, limit, shared.data(), ctx.pool,
-                         &linear_fp8);
+  const int64_t R = int64_t(toks.size());
+  xin.resize(size_t(R) * D);
+  out.resize(size_t(R) * D);
+  for (int64_t r = 0; r < R; ++r) std::copy(x + int64_t(toks[r]) * D, x + int64_t(toks[r] + 1) * D, xin.data() + r * D);
+  DS41_SCRATCH(uint16_t, shared, int64_t(S) * D);  // shared expert (FP8, no routing weight)
+  if (R <= kBatchedExpertRows) {
+    // Rows of the routed experts first (width I), then the shared expert's S rows (width Is).
+    int64_t I = 0;  // every routed expert of a layer has the same width
+    for (int e = 0; e < E && I == 0; ++e)
+      if (first[size_t(e) + 1] > first[size_t(e)]) I = w.experts[size_t(e)].w1.N;
+    const int64_t Is = w.shared.w1.N, H = R * I + S * Is;
+    DS41_SCRATCH(uint16_t, g, H);
+    DS41_SCRATCH(uint16_t, u, H);
+    DS41_SCRATCH(uint16_t, h, H);
+    DS41_SCRATCH_EMPTY(QuantizedLinearJob, jobs);
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
+      if (n == 0) continue;
+      const ExpertWeights& ew = w.experts[size_t(e)];
+      jobs.push_back({xin.data() + r0 * D, n, nullptr, &ew.w1, g.data() + r0 * I});
+      jobs.push_back({xin.data() + r0 * D, n, nullptr, &ew.w3, u.data() + r0 * I});
+    }
+    jobs.push_back({x, S, &w.shared.w1, nullptr, g.data() + R * I});
+    jobs.push_back({x, S, &w.shared.w3, nullptr, u.data() + R * I});
+    linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
+    swiglu_rows(g.data(), u.data(), R, I, rw.data(), limit, h.data());
+    swiglu_rows(g.data() + R * I, u.data() + R * I, S, Is, nullptr, limit, h.data() + R * I);
+    jobs.clear();
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
+      if (n > 0) jobs.push_back({h.data() + r0 * I, n, nullptr, &w.experts[size_t(e)].w2, out.data() + r0 * D});
+    }
+    jobs.push_back({h.data() + R * I, S, &w.shared.w2, nullptr, shared.data()});
+    linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
+  } else {
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
+      if (n == 0) continue;
+      const ExpertWeights& ew = w.experts[size_t(e)];
+      expert_rows<Fp4Matrix>(xin.data() + r0 * D, n, ew.w1, ew.w2, ew.w3, rw.data() + r0, limit, out.data() + r0 * D,
+                             ctx.pool, &linear_fp4);
+    }
+    expert_rows<Fp8Matrix>(x, S, w.shared.w1, w.shared.w2, w.shared.w3, nullptr, limit, shared.data(), ctx.pool,
+                           &linear_fp8);
+  }
+  // Rows are grouped by ascending expert, so this adds each token's contributions in that order.
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t d = 0; d < D; ++d) acc[int64_t(toks[r]) * D + d] += bf16_to_f32(out[r * D + d]);
   for (int64_t i = 0; i < int64_t(S) * D; ++i) y[i] = f32_to_bf16(acc[i] + bf16_to_f32(shared[i]));
 }
 
