@@ -88,7 +88,10 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                            {"weight_bytes_per_token", d.bytes.weights},
                            {"kv_bytes_per_token", d.bytes.kv},
                            {"bytes_per_s", double(d.bytes.total()) * d.tokens_per_s()},
-                           {"efficiency_vs_bandwidth", double(d.bytes.total()) * d.tokens_per_s() / triad}});
+                           {"efficiency_vs_bandwidth", double(d.bytes.total()) * d.tokens_per_s() / triad},
+                           {"median_step_seconds", d.median_step_seconds},
+                           {"median_tokens_per_s", d.median_tokens_per_s()},
+                           {"median_efficiency_vs_bandwidth", double(d.bytes.total()) * d.median_tokens_per_s() / triad}});
   if (r.gemm.rows > 0)
     j["quantized_gemms"] = {{"rows", r.gemm.rows},
                             {"flops", r.gemm.flops},
@@ -106,11 +109,13 @@ void print_figures(const char* title, const json& j) {
                 p["quantized_gemm_flops_per_s"].get<double>() / 1e9, 100.0 * p["efficiency_vs_fma_peak"].get<double>(),
                 p["cpu_share"].get<double>());
   for (const auto& d : j["decode"])
-    std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth   (cpu share %.2f)\n",
+    std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth   (cpu share %.2f)\n"
+                "                 median step: %9.2f tok/s = %5.1f%% of bandwidth\n",
                 (long long)d["context"].get<int64_t>(), d["tokens_per_s"].get<double>(),
                 double(d["bytes_per_token"].get<int64_t>()) / 1e6, double(d["kv_bytes_per_token"].get<int64_t>()) / 1e6,
                 d["bytes_per_s"].get<double>() / 1e9, 100.0 * d["efficiency_vs_bandwidth"].get<double>(),
-                d["cpu_share"].get<double>());
+                d["cpu_share"].get<double>(), d["median_tokens_per_s"].get<double>(),
+                100.0 * d["median_efficiency_vs_bandwidth"].get<double>());
   if (j.contains("quantized_gemms")) {
     const auto& g = j["quantized_gemms"];
     std::printf("  FP8/FP4 GEMMs alone, %lld rows: %8.2f GFLOP/s = %5.1f%% of FMA peak\n", (long long)g["rows"].get<int64_t>(),

@@ -200,19 +200,24 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   std::vector<float> logits;
   std::vector<int32_t> token{int32_t(c.bos_token_id)};
   DecodeBytes sum;
+  std::vector<double> step_seconds;
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t pos = state.pos;
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     m.forward_into(logits, state, token, ForwardOptions{}, pool, &hooks);
     token[0] = argmax_token(logits.data(), c.vocab_size);
-    f.seconds += seconds_since(t0);
+    step_seconds.push_back(seconds_since(t0));
+    f.seconds += step_seconds.back();
     f.cpu_seconds += process_cpu_seconds() - cpu0;
     const DecodeBytes b = decode_bytes_per_token(m, used, pos);
     sum.weights += b.weights;
     sum.kv += b.kv;
   }
   f.steps = steps;
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const size_t mid = step_seconds.size() / 2;
+  f.median_step_seconds = step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);
   f.bytes.weights = sum.weights / steps;
   f.bytes.kv = sum.kv / steps;
   return f;

@@ -54,8 +54,13 @@ struct DecodeFigure {
   int64_t context = 0;  // tokens before the first timed step
   int64_t steps = 0;
   double seconds = 0, cpu_seconds = 0;
+  // The median step: what the machine sustains when other work on it does not intervene (the
+  // triad bandwidth is a best-of-five figure for the same reason); the mean above counts every
+  // interruption.
+  double median_step_seconds = 0;
   DecodeBytes bytes;    // mean per step
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
+  double median_tokens_per_s() const { return median_step_seconds > 0 ? 1.0 / median_step_seconds : 0; }
 };
 
 // Prefill of `tokens` random tokens into a fresh sequence (left in `state` for decoding).

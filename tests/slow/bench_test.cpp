@@ -68,6 +68,11 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
   EXPECT_GT(j["figures"]["decode"][1]["kv_bytes_per_token"].get<int64_t>(),
             j["figures"]["decode"][0]["kv_bytes_per_token"].get<int64_t>());
   EXPECT_GT(j["figures"]["decode"][0]["efficiency_vs_bandwidth"].get<double>(), 0.0);
+  for (const auto& d : j["figures"]["decode"]) {  // two steps: the median is their mean
+    EXPECT_NEAR(d["median_tokens_per_s"].get<double>(), d["tokens_per_s"].get<double>(),
+                1e-9 * d["tokens_per_s"].get<double>());
+    EXPECT_NEAR(d["median_step_seconds"].get<double>() * 2, d["seconds"].get<double>(), 1e-12);
+  }
   EXPECT_GT(j["figures"]["quantized_gemms"]["flops_per_s"].get<double>(), 0.0);
   EXPECT_TRUE(j["load_average"].contains("before"));
   if (j["simd_level"] != "scalar") {
