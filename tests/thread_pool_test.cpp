@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
-
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -40,8 +40,10 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnceInContiguousChunks) {
         for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
       });
       for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)].load(), 1) << "n=" << n;
-      EXPECT_EQ(calls.load(), n == 0 ? 0 : int(std::min<int64_t>(n, threads)))
-          << "threads=" << threads << " n=" << n;
+      // One range per piece: min(n, 4 per thread) of them (a single thread runs [0, n) whole).
+      const int64_t pieces = threads == 1 ? std::min<int64_t>(n, 1)
+                                          : std::min<int64_t>(n, int64_t(threads) * ThreadPool::kPiecesPerThread);
+      EXPECT_EQ(calls.load(), int(pieces)) << "threads=" << threads << " n=" << n;
     }
   }
 }
@@ -55,6 +57,20 @@ TEST(ThreadPool, WorkersActuallyRunChunks) {
   EXPECT_NE(ids[1], ids[0]);
   EXPECT_NE(ids[2], ids[0]);
   EXPECT_NE(ids[1], ids[2]);
+}
+
+TEST(ThreadPool, FreeThreadsTakeTheSlowThreadsShare) {
+  ThreadPool pool(2);
+  std::mutex m;
+  std::vector<std::thread::id> owner(8);
+  pool.parallel_for(8, [&](int64_t begin, int64_t end) {
+    if (begin == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the caller's own piece
+    std::lock_guard<std::mutex> lock(m);
+    for (int64_t i = begin; i < end; ++i) owner[size_t(i)] = std::this_thread::get_id();
+  });
+  int by_caller = 0;
+  for (const auto& id : owner) by_caller += id == std::this_thread::get_id();
+  EXPECT_EQ(by_caller, 1);  // only its first piece: the worker took the other seven meanwhile
 }
 
 TEST(ThreadPool, NullOrSingleThreadPoolRunsInline) {

@@ -58,15 +58,24 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunk(int chunk_index) {
-  const int64_t begin = chunk_begin(job_n_, job_chunks_, chunk_index);
-  const int64_t end = chunk_begin(job_n_, job_chunks_, chunk_index + 1);
+void ThreadPool::run_piece(int64_t piece) {
+  const int64_t begin = chunk_begin(job_n_, job_pieces_, piece);
+  const int64_t end = chunk_begin(job_n_, job_pieces_, piece + 1);
   try {
     InsideChunkScope scope;
     if (begin < end) (*job_)(begin, end);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!error_) error_ = std::current_exception();
+  }
+}
+
+void ThreadPool::run_chunk(int chunk_index) {
+  run_piece(chunk_index);  // every participating thread's own first piece
+  for (;;) {               // then the pieces left, to whichever thread is free first
+    const int64_t piece = next_piece_.fetch_add(1, std::memory_order_relaxed);
+    if (piece >= job_pieces_) return;
+    run_piece(piece);
   }
 }
 
@@ -115,6 +124,8 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     job_ = &fn;
     job_n_ = n;
     job_chunks_ = chunks;
+    job_pieces_ = std::min<int64_t>(n, int64_t(size()) * kPiecesPerThread);
+    next_piece_.store(chunks, std::memory_order_relaxed);
     pending_.store(chunks - 1, std::memory_order_relaxed);
     error_ = nullptr;
     generation_.fetch_add(1, std::memory_order_release);

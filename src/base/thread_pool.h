@@ -40,12 +40,16 @@ class ThreadPool {
   // Total threads that run chunks of a parallel_for, caller included.
   int size() const { return int(workers_.size()) + 1; }
 
-  // Splits [0, n) into min(size(), n) contiguous chunks of near-equal length (the first n % C
-  // chunks are one longer), runs them concurrently and returns when all are done. The first
-  // exception thrown by fn is rethrown here after every chunk has finished. A call made from
-  // inside a running chunk (nesting) runs inline on that thread, and concurrent calls from
+  // Splits [0, n) into P = min(n, kPiecesPerThread * size()) contiguous pieces of near-equal
+  // length (the first n % P pieces are one longer), runs them concurrently and returns when all
+  // are done. Each of the first min(n, size()) threads (the caller first) runs the piece of its
+  // own number, then takes the pieces left in order as it becomes free: a thread that started
+  // late or runs slower (a woken worker, a busier core) leaves its share to the others. The
+  // first exception thrown by fn is rethrown here after every piece has finished. A call made
+  // from inside a running piece (nesting) runs inline on that thread, and concurrent calls from
   // different threads are serialised; neither can deadlock.
   void parallel_for(int64_t n, const RangeFn& fn);
+  static constexpr int kPiecesPerThread = 4;
 
   // Same for any callable (lambdas): wrapped by reference, so the std::function fits its
   // small-object buffer and the call allocates nothing however much the lambda captures.
@@ -58,6 +62,7 @@ class ThreadPool {
  private:
   void worker_main(int chunk_index);
   void run_chunk(int chunk_index);
+  void run_piece(int64_t piece);
 
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one job at a time
@@ -68,12 +73,14 @@ class ThreadPool {
   bool stopping_ = false;
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
-  int job_chunks_ = 0;
+  int job_chunks_ = 0;                 // threads taking part (each starts with its own piece)
+  int64_t job_pieces_ = 0;
+  std::atomic<int64_t> next_piece_{0};  // the first piece nobody has taken yet
   std::atomic<int> pending_{0};  // worker chunks of the current job not finished yet
   std::exception_ptr error_;
 };
 
-// Bounds of chunk c when [0, n) is split into `chunks` contiguous parts as parallel_for does.
+// Bounds of part c when [0, n) is split into `chunks` contiguous parts as parallel_for does.
 inline int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
   const int64_t base = n / chunks;
   const int64_t extra = n % chunks;
