@@ -46,24 +46,34 @@ void normalize_cols(float* C, int hc, float eps) {
 
 }  // namespace
 
-void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes) {
+void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, int k0, int k1, float* dots) {
   check_hc(hc);
   const int64_t n = hc * D;
-  // The same statistic as RMSNorm over all hc*D values (spec §7 step 2).
-  const float r = rms_rsqrt_bf16(X, n, norm_eps);
-  const int nmix = hc_mix_count(hc);
+  if (k1 <= k0) return;
   if (const simd::KernelTable* kt = simd::active_kernels()) {  // same dot products, mixes in lanes
-    std::array<float, hc_mix_count(kMaxHc)> dots;
-    kt->hc_mix_dots(X, n, fn, nmix, dots.data());
-    for (int k = 0; k < nmix; ++k) mixes[k] = dots[size_t(k)] * r;
+    kt->hc_mix_dots(X, n, fn + int64_t(k0) * n, k1 - k0, dots);
     return;
   }
-  for (int k = 0; k < nmix; ++k) {
+  for (int k = k0; k < k1; ++k) {
     const float* row = fn + static_cast<int64_t>(k) * n;
     float acc = 0.0f;
     for (int64_t t = 0; t < n; ++t) acc += row[t] * bf16_to_f32(X[t]);
-    mixes[k] = acc * r;  // F.linear(x, fn) * rsqrt: projection first, then the scalar
+    dots[k - k0] = acc;
   }
+}
+
+void hc_mixes_from_dots(const uint16_t* X, int hc, int64_t D, const float* dots, float norm_eps, float* mixes) {
+  check_hc(hc);
+  // The same statistic as RMSNorm over all hc*D values (spec §7 step 2).
+  const float r = rms_rsqrt_bf16(X, hc * D, norm_eps);
+  for (int k = 0; k < hc_mix_count(hc); ++k) mixes[k] = dots[k] * r;  // F.linear(x, fn) * rsqrt
+}
+
+void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes) {
+  check_hc(hc);
+  std::array<float, hc_mix_count(kMaxHc)> dots;
+  hc_mix_dots(X, hc, D, fn, 0, hc_mix_count(hc), dots.data());
+  hc_mixes_from_dots(X, hc, D, dots.data(), norm_eps, mixes);
 }
 
 void hc_split_sinkhorn(const float* mixes, int hc, const float* base, const float* scale,
@@ -132,9 +142,14 @@ void hc_mean(const uint16_t* X, int hc, int64_t D, uint16_t* y) {
 
 void hc_post(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
              int64_t D, uint16_t* Xout) {
+  hc_post_columns(y, Xres, post, comb, hc, D, 0, D, Xout);
+}
+
+void hc_post_columns(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
+                     int64_t D, int64_t d0, int64_t d1, uint16_t* Xout) {
   check_hc(hc);
   std::array<float, kMaxHc> col;
-  for (int64_t d = 0; d < D; ++d) {
+  for (int64_t d = d0; d < d1; ++d) {
     for (int i = 0; i < hc; ++i) col[i] = bf16_to_f32(Xres[i * D + d]);  // read before writing
     const float yd = bf16_to_f32(y[d]);
     for (int j = 0; j < hc; ++j) {

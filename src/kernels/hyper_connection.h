@@ -27,6 +27,11 @@ constexpr int hc_mix_count(int hc) { return (2 + hc) * hc; }
 // multiplied by r (model.py Block.hc_mixes: projection first, then the scalar). fn is
 // [(2+hc)*hc][hc*D] fp32 row-major.
 void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes);
+// The dot products of hc_mixes before the factor r, for mixes k in [k0, k1) only: dots[k - k0].
+// Each mix is its own chain, so splitting the range across threads changes no value.
+void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, int k0, int k1, float* dots);
+// hc_mixes from all hc_mix_count(hc) dot products: mixes[k] = dots[k] * r.
+void hc_mixes_from_dots(const uint16_t* X, int hc, int64_t D, const float* dots, float norm_eps, float* mixes);
 
 // The port's hc_split_sinkhorn (kernel.py K41:406-458), all fp32, each op rounded on its own:
 //   pre[c]  = sigmoid(mixes[c]*scale[0] + base[c]) + hc_eps
@@ -62,5 +67,8 @@ void hc_mean(const uint16_t* X, int hc, int64_t D, uint16_t* y);
 // Xout may alias Xres (all hc inputs of a column d are read before any output of d is written).
 void hc_post(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
              int64_t D, uint16_t* Xout);
+// The same for the columns d in [d0, d1) only (columns are independent: threads may share a row).
+void hc_post_columns(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
+                     int64_t D, int64_t d0, int64_t d1, uint16_t* Xout);
 
 }  // namespace ds41
