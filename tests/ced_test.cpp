@@ -242,7 +242,7 @@ TEST(BoundedReplay, BeyondTheWindowKeepsTheGlobalCachesAndNeedsOnlyTheLastTokens
   EXPECT_EQ(restored.index_k_publisher, full.index_k_publisher);
   for (size_t l = 0; l < full.layers.size(); ++l) {
     EXPECT_TRUE(test::same_global_cache(full.layers[l], restored.layers[l])) << l;
-    if (!m.plan().layers[l].is_dspark) EXPECT_EQ(restored.layers[l].ring_start, n - W) << l;
+    if (!m.plan().layers[l].is_dspark) { EXPECT_EQ(restored.layers[l].ring_start, n - W) << l; }
   }
   // Layer 0's window KV is a function of each token alone: exact whatever the window.
   EXPECT_TRUE(full.layers[0].ring_codes == restored.layers[0].ring_codes);

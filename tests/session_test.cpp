@@ -131,7 +131,7 @@ TEST_P(SessionExact, RestoredSequenceContinuesBitIdentically) {
   SequenceState a = p.state;
   SequenceState b = load_session(path, *model2);
   ASSERT_TRUE(same_state(a, b));
-  if (engram) EXPECT_EQ(int64_t(b.engram_history.size()), b.pos);
+  if (engram) { EXPECT_EQ(int64_t(b.engram_history.size()), b.pos); }
   EXPECT_TRUE(continue_both(*p.model, a, *model2, b, p.logits, p.logits, 20));
   EXPECT_TRUE(same_state(a, b));
 }
@@ -220,7 +220,7 @@ TEST_P(SessionCompact, BeyondTheWindowRestoresTheGlobalCachesAndReplaysTheWindow
   EXPECT_TRUE(std::equal(b.token_history.begin(), b.token_history.end(), a.token_history.end() - keep));
   for (size_t l = 0; l < a.layers.size(); ++l) {
     EXPECT_TRUE(test::same_global_cache(a.layers[l], b.layers[l])) << l;
-    if (!m.plan().layers[l].is_dspark) EXPECT_EQ(b.layers[l].ring_start, a.pos - c.window_size) << l;
+    if (!m.plan().layers[l].is_dspark) { EXPECT_EQ(b.layers[l].ring_start, a.pos - c.window_size) << l; }
   }
   EXPECT_TRUE(a.layers[0].ring_codes == b.layers[0].ring_codes);  // layer 0: a function of each token alone
 
@@ -447,7 +447,7 @@ TEST_P(SessionFile, SavesAreAtomic) {
   }
   EXPECT_GE(present, 9);  // every round that started with a good file still has one
   // The file that survives loads (one full load per kind is enough: the bytes are a known file).
-  if (std::filesystem::exists(path_)) EXPECT_NO_THROW(load(path_));
+  if (std::filesystem::exists(path_)) { EXPECT_NO_THROW(load(path_)); }
   std::printf("killed saves (one save %lld us): file present %d/12 times, partial temp file %d times\n",
               (long long)one_save_us.count(), present, partial_tmp);
 }
