@@ -564,7 +564,16 @@ static void simd_linear_quantized_batch(const simd::KernelTable& kt, const Quant
     if (job.M == 0) continue;
     const int64_t N = job.fp8 ? job.fp8->N : job.fp4->N, K = job.fp8 ? job.fp8->K : job.fp4->K, KB = K / kBlock;
     Prepared& p = prepared[size_t(j)];
-    if (job.fp8) {
+    // A job with the same activations as an earlier one (an expert's w1 and w3) shares its
+    // preparation: the same rows give the same prepared values.
+    int same = -1;
+    for (int e = 0; e < j && same < 0; ++e)
+      if (jobs[e].x == job.x && jobs[e].M == job.M && !jobs[e].fp8 == !job.fp8 &&
+          (job.fp8 ? jobs[e].fp8->K : jobs[e].fp4->K) == K)
+        same = e;
+    if (same >= 0) {
+      p = prepared[size_t(same)];
+    } else if (job.fp8) {
       int8_t* digits = job.M == 1 && kt.prepare_fp8_digits ? i8 : nullptr;
       for (int64_t r = 0; r < job.M; ++r)
         kt.prepare_fp8_row(job.x + r * K, K, codes + r * K, f2 + r * KB, f1 + r * K, special + r);
@@ -581,9 +590,11 @@ static void simd_linear_quantized_batch(const simd::KernelTable& kt, const Quant
       i8 += job.M * 3 * K;
       i32 += job.M * KB;
     }
-    codes += job.M * K;
-    special += job.M;
-    f2 += job.M * KB;
+    if (same < 0) {
+      codes += job.M * K;
+      special += job.M;
+      f2 += job.M * KB;
+    }
     // The single-job path's column tiles (for_each_simd_tile) for this job's share of the threads.
     int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
     col_tile = (col_tile + 15) / 16 * 16;
