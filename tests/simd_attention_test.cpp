@@ -233,6 +233,64 @@ TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
   }
 }
 
+// hc_post with columns in lanes: D with ragged tails, a column range, in place and out of place,
+// comb/post weights that make products round, and inputs that overflow bf16, NaN and -0.
+TEST(SimdAttention, HcPostMatchesTwinBitForBit) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Case {
+    int hc;
+    int64_t D, d0, d1;
+  };
+  const Case cases[] = {{1, 5, 0, 5}, {4, 1024, 0, 1024}, {4, 130, 3, 127}, {3, 37, 0, 37}, {16, 24, 8, 24}};
+  for (const Case& c : cases) {
+    std::vector<uint16_t> y(size_t(c.D)), X(size_t(c.hc * c.D));
+    for (auto& v : y) v = f32_to_bf16(normal(rng) * 8.0f);
+    for (auto& v : X) v = f32_to_bf16(normal(rng));
+    X[0] = 0x7fc1;                                  // NaN in copy 0, column 0
+    if (c.D > 9) X[size_t(c.D - 2)] = 0x8000;       // -0
+    if (c.D > 9) y[9] = f32_to_bf16(3.0e38f);       // post * y overflows to inf
+    std::vector<float> post(size_t(c.hc)), comb(size_t(c.hc * c.hc));
+    for (auto& v : post) v = 2.0f / (1.0f + std::exp(-normal(rng)));
+    for (auto& v : comb) v = std::abs(normal(rng)) / float(c.hc) + 1e-6f;
+    if (c.hc >= 2 && c.D >= 64) {
+      // Columns 16..63: copies 0 and 1 equal (the others zero), comb[1][j] = -comb[0][j] a few ulps
+      // off and y tiny, so the mix is what is left after cancellation — the products' own rounding
+      // errors, which show in bf16 whether each product was rounded before the add (the twin) or
+      // fused with it (an FMA here fails this test).
+      for (int64_t d = 16; d < 64; ++d) {
+        X[size_t(c.D + d)] = X[size_t(d)];
+        for (int i = 2; i < c.hc; ++i) X[size_t(i * c.D + d)] = 0;  // the other copies add nothing
+        y[size_t(d)] = f32_to_bf16(normal(rng) * 1e-30f);
+      }
+      for (int j = 0; j < c.hc; ++j) {
+        const float c0 = comb[size_t(j)] * (1.0f + normal(rng) * 0x1p-4f);
+        comb[size_t(j)] = c0;
+        comb[size_t(c.hc + j)] = -std::nextafter(std::nextafter(c0, 1e30f), 1e30f);
+      }
+    }
+    for (bool in_place : {false, true}) {
+      std::vector<uint16_t> twin = X, fast = X;
+      std::vector<uint16_t> twin_out(X.size(), 0xdead), fast_out(X.size(), 0xdead);
+      {
+        ScopedSimdLevel scalar(SimdLevel::Scalar);
+        hc_post_columns(y.data(), twin.data(), post.data(), comb.data(), c.hc, c.D, c.d0, c.d1,
+                        in_place ? twin.data() : twin_out.data());
+      }
+      for (SimdLevel l : levels) {
+        ScopedSimdLevel level(l);
+        std::vector<uint16_t> res = fast, out = fast_out;
+        hc_post_columns(y.data(), res.data(), post.data(), comb.data(), c.hc, c.D, c.d0, c.d1,
+                        in_place ? res.data() : out.data());
+        EXPECT_TRUE(same_bits(in_place ? res : out, in_place ? twin : twin_out))
+            << simd_level_name(l) << " hc=" << c.hc << " D=" << c.D << " in_place=" << in_place;
+      }
+    }
+  }
+}
+
 // Cache dequantizers over every byte pattern: FP4 codes, E8M0 scales including 0 (2^-127, so
 // products are fp32 subnormals) and 255 (NaN), E4M3 scales including NaN, FP8 codes including NaN.
 TEST(SimdAttention, CacheDequantizersMatchTwinBitForBit) {

@@ -148,6 +148,8 @@ void hc_post(const uint16_t* y, const uint16_t* Xres, const float* post, const f
 void hc_post_columns(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
                      int64_t D, int64_t d0, int64_t d1, uint16_t* Xout) {
   check_hc(hc);
+  if (const simd::KernelTable* kt = simd::active_kernels())  // the same sequence, columns in lanes
+    return kt->hc_post_columns(y, Xres, post, comb, hc, D, d0, d1, Xout);
   std::array<float, kMaxHc> col;
   for (int64_t d = d0; d < d1; ++d) {
     for (int i = 0; i < hc; ++i) col[i] = bf16_to_f32(Xres[i * D + d]);  // read before writing

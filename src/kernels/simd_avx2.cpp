@@ -41,7 +41,7 @@ const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,    
                             prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
                             indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                            nullptr};
+                            nullptr,            hc_post_simd};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

@@ -93,6 +93,9 @@ struct KernelTable {
   // Fp8Activations::digits of one row from its E4M3 codes (K % 32 == 0); nullptr on levels whose
   // fp8 kernel does not read them.
   void (*prepare_fp8_digits)(const uint8_t* codes, int64_t K, int8_t* digits);
+  // hc_post_columns (hyper_connection.h), hc <= kMaxHc already checked.
+  void (*hc_post_columns)(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
+                          int64_t D, int64_t d0, int64_t d1, uint16_t* Xout);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).
