@@ -196,39 +196,65 @@ TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
     int64_t D;
   };
   const Case cases[] = {{1, 1}, {2, 7}, {3, 64}, {4, 1024}, {5, 33}, {4, 130}};
-  for (const Case& c : cases) {
-    const int64_t n = c.hc * c.D;
-    const int nmix = hc_mix_count(c.hc);
-    // Stream values +-2^[-3, 3], so that the weight cancelling a big term exactly is representable.
-    std::vector<uint16_t> X(static_cast<size_t>(n));
-    std::uniform_int_distribution<int> e(-3, 3), sign(0, 1);
-    for (auto& x : X) x = f32_to_bf16(std::ldexp(sign(rng) ? -1.0f : 1.0f, e(rng)));
-    // Each projection row alternates a big weight B_t (~2^40), a normal one and -B_t: the normal
-    // terms keep only the bits that survive next to B in the double running sum, so the result
-    // shows the order in which each mix took its terms.
-    std::vector<float> fn(static_cast<size_t>(nmix * n));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (int k = 0; k < nmix; ++k) {
-      float big = 0.0f;
-      for (int64_t t = 0; t < n; ++t) {
-        float& v = fn[size_t(k * n + t)];
-        switch ((t + k) % 3) {
-          case 0: v = big = t + 2 < n ? normal(rng) * std::ldexp(1.0f, 40) : normal(rng); break;
-          case 1: v = normal(rng); break;
-          // (t < 2: no big weight yet in this row, and X[t - 2] would be out of bounds)
-          default: v = t >= 2 ? -big * bf16_to_f32(X[size_t(t - 2)]) / bf16_to_f32(X[size_t(t)]) : -big; break;
+  for (bool generic : {false, true}) {
+    for (const Case& c : cases) {
+      const int64_t n = c.hc * c.D;
+      const int nmix = hc_mix_count(c.hc);
+      // Stream values +-2^[-3, 3], so that the weight cancelling a big term exactly is representable;
+      // `generic`: full bf16 mantissas and plain weights, so products round (an FMA would show).
+      std::vector<uint16_t> X(static_cast<size_t>(n));
+      std::uniform_int_distribution<int> e(-3, 3), sign(0, 1);
+      for (auto& x : X) x = f32_to_bf16(std::ldexp(sign(rng) ? -1.0f : 1.0f, e(rng)));
+      if (generic)
+        for (auto& x : X) x = f32_to_bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
+      // Each projection row alternates a big weight B_t (~2^40), a normal one and -B_t: the normal
+      // terms keep only the bits that survive next to B in the double running sum, so the result
+      // shows the order in which each mix took its terms.
+      std::vector<float> fn(static_cast<size_t>(nmix * n));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (int k = 0; k < nmix; ++k) {
+        float big = 0.0f;
+        for (int64_t t = 0; t < n; ++t) {
+          float& v = fn[size_t(k * n + t)];
+          if (generic) {
+            v = normal(rng);
+            continue;
+          }
+          switch ((t + k) % 3) {
+            case 0: v = big = t + 2 < n ? normal(rng) * std::ldexp(1.0f, 40) : normal(rng); break;
+            case 1: v = normal(rng); break;
+            // (t < 2: no big weight yet in this row, and X[t - 2] would be out of bounds)
+            default: v = t >= 2 ? -big * bf16_to_f32(X[size_t(t - 2)]) / bf16_to_f32(X[size_t(t)]) : -big; break;
+          }
         }
       }
-    }
-    std::vector<float> twin(static_cast<size_t>(nmix)), fast(static_cast<size_t>(nmix));
-    {
-      ScopedSimdLevel scalar(SimdLevel::Scalar);
-      hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, twin.data());
-    }
-    for (SimdLevel l : levels) {
-      ScopedSimdLevel level(l);
-      hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, fast.data());
-      EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " hc=" << c.hc << " D=" << c.D;
+      std::vector<float> twin(static_cast<size_t>(nmix)), fast(static_cast<size_t>(nmix));
+      {
+        ScopedSimdLevel scalar(SimdLevel::Scalar);
+        hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, twin.data());
+      }
+      std::vector<float> twin_dots(static_cast<size_t>(nmix));
+      {
+        ScopedSimdLevel scalar(SimdLevel::Scalar);
+        hc_mix_dots(X.data(), c.hc, c.D, fn.data(), nullptr, 0, nmix, twin_dots.data());
+      }
+      std::vector<float> fn_t(fn.size());
+      transpose_hc_projection(fn.data(), nmix, n, fn_t.data());
+      for (SimdLevel l : levels) {
+        ScopedSimdLevel level(l);
+        hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, fast.data());
+        EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " hc=" << c.hc << " D=" << c.D;
+        // From the transposed projection, whole and in the ranges threads take (ragged splits).
+        for (int parts : {1, 2, 3}) {
+          std::vector<float> dots(static_cast<size_t>(nmix), -1.0f);
+          for (int part = 0; part < parts; ++part) {
+            const int k0 = nmix * part / parts, k1 = nmix * (part + 1) / parts;
+            hc_mix_dots(X.data(), c.hc, c.D, fn.data(), fn_t.data(), k0, k1, dots.data() + k0);
+          }
+          EXPECT_TRUE(same_bits(dots, twin_dots))
+              << simd_level_name(l) << " hc=" << c.hc << " D=" << c.D << " parts=" << parts;
+        }
+      }
     }
   }
 }

@@ -46,12 +46,19 @@ void normalize_cols(float* C, int hc, float eps) {
 
 }  // namespace
 
-void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, int k0, int k1, float* dots) {
+void transpose_hc_projection(const float* fn, int nmix, int64_t n, float* fn_t) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int k = 0; k < nmix; ++k) fn_t[t * nmix + k] = fn[int64_t(k) * n + t];
+}
+
+void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, const float* fn_t, int k0, int k1,
+                 float* dots) {
   check_hc(hc);
   const int64_t n = hc * D;
   if (k1 <= k0) return;
   if (const simd::KernelTable* kt = simd::active_kernels()) {  // same dot products, mixes in lanes
-    kt->hc_mix_dots(X, n, fn + int64_t(k0) * n, k1 - k0, dots);
+    if (fn_t) kt->hc_mix_dots_t(X, n, fn_t, hc_mix_count(hc), k0, k1, dots);
+    else kt->hc_mix_dots(X, n, fn + int64_t(k0) * n, k1 - k0, dots);
     return;
   }
   for (int k = k0; k < k1; ++k) {
@@ -72,7 +79,7 @@ void hc_mixes_from_dots(const uint16_t* X, int hc, int64_t D, const float* dots,
 void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes) {
   check_hc(hc);
   std::array<float, hc_mix_count(kMaxHc)> dots;
-  hc_mix_dots(X, hc, D, fn, 0, hc_mix_count(hc), dots.data());
+  hc_mix_dots(X, hc, D, fn, nullptr, 0, hc_mix_count(hc), dots.data());
   hc_mixes_from_dots(X, hc, D, dots.data(), norm_eps, mixes);
 }
 

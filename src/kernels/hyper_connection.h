@@ -28,8 +28,13 @@ constexpr int hc_mix_count(int hc) { return (2 + hc) * hc; }
 // [(2+hc)*hc][hc*D] fp32 row-major.
 void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes);
 // The dot products of hc_mixes before the factor r, for mixes k in [k0, k1) only: dots[k - k0].
-// Each mix is its own chain, so splitting the range across threads changes no value.
-void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, int k0, int k1, float* dots);
+// Each mix is its own chain, so splitting the range across threads changes no value. fn_t, if
+// given, is fn transposed (transpose_hc_projection): the SIMD kernels then read a position's
+// weights of all mixes as one contiguous run instead of transposing tiles of fn.
+void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, const float* fn_t, int k0, int k1,
+                 float* dots);
+// fn_t[t][k] = fn[k][t] for fn [nmix][n].
+void transpose_hc_projection(const float* fn, int nmix, int64_t n, float* fn_t);
 // hc_mixes from all hc_mix_count(hc) dot products: mixes[k] = dots[k] * r.
 void hc_mixes_from_dots(const uint16_t* X, int hc, int64_t D, const float* dots, float norm_eps, float* mixes);
 

@@ -83,6 +83,8 @@ struct KernelTable {
   // The dot products of hc_mixes (hyper_connection.h) before the rms factor: dots[k] =
   // sum_t fn[k][t] * X[t] as the twin's sequential fp32 chain.
   void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn, int nmix, float* dots);
+  // The same for mixes [k0, k1) from the transposed projection fn_t [n][nmix]: dots[k - k0].
+  void (*hc_mix_dots_t)(const uint16_t* X, int64_t n, const float* fn_t, int nmix, int k0, int k1, float* dots);
   // `iterations` rounds of independent fp32 FMA chains at the widest vectors of the level;
   // returns the flops done (2 per lane per FMA). The result lands in *sink (keeps it live).
   double (*fma_peak)(int64_t iterations, float* sink);

@@ -39,7 +39,7 @@ void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, 
   const float norm_eps = float(c.norm_eps), hc_eps = float(c.hc_eps);
   // One sublayer: coefficients from the stream, input = norm(hc_pre(X, mix_in)), then
   // X = hc_post(body(input), X) in place (hc_post reads a column before writing it).
-  auto sublayer = [&](const float* fn, const float* base, const float* scale, const uint16_t* norm_w,
+  auto sublayer = [&](const float* fn, const float* fn_t, const float* base, const float* scale, const uint16_t* norm_w,
                       const std::vector<float>& mix_in, BlockScratch::Mix& mix, auto&& body) {
     const int threads = ctx.pool ? ctx.pool->size() : 1;
     const int64_t parts = S >= threads ? 1 : threads;  // decode: split each row's work too
@@ -52,8 +52,9 @@ void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, 
     if (parts == 1) {
       parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
         for (int64_t s = s0; s < s1; ++s) {
-          std::array<float, hc_mix_count(kMaxHc)> mixes;
-          hc_mixes(X + s * hc * D, hc, D, fn, norm_eps, mixes.data());
+          std::array<float, hc_mix_count(kMaxHc)> dots, mixes;
+          hc_mix_dots(X + s * hc * D, hc, D, fn, fn_t, 0, hc_mix_count(hc), dots.data());
+          hc_mixes_from_dots(X + s * hc * D, hc, D, dots.data(), norm_eps, mixes.data());
           finish_row(s, mixes.data());
         }
       });
@@ -64,7 +65,7 @@ void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, 
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t s = t / parts, part = t % parts;
           const int k0 = int(nmix * part / parts), k1 = int(nmix * (part + 1) / parts);
-          hc_mix_dots(X + s * hc * D, hc, D, fn, k0, k1, dots.data() + s * nmix + k0);
+          hc_mix_dots(X + s * hc * D, hc, D, fn, fn_t, k0, k1, dots.data() + s * nmix + k0);
         }
       });
       for (int64_t s = 0; s < S; ++s) {
@@ -83,11 +84,11 @@ void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, 
       }
     });
   };
-  sublayer(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, w.attn_norm, a_in, b.attn,
+  sublayer(w.hc_attn_fn, w.hc_attn_fn_t, w.hc_attn_base, w.hc_attn_scale, w.attn_norm, a_in, b.attn,
            [&] { attention(b.hn.data(), b.y.data()); });
   // The FFN's input mix is the attention sublayer's `pre` (single pass); the FFN's own `pre`
   // goes to the next block.
-  sublayer(w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale, w.ffn_norm, b.attn.pre, b.ffn,
+  sublayer(w.hc_ffn_fn, w.hc_ffn_fn_t, w.hc_ffn_base, w.hc_ffn_scale, w.ffn_norm, b.attn.pre, b.ffn,
            [&] { moe_forward(ctx, lp, w, b.hn.data(), b.y.data()); });
   std::swap(a_in, b.ffn.pre);
 }

@@ -2,10 +2,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/error.h"
+#include "kernels/hyper_connection.h"
 #include "kernels/numeric_formats.h"
 
 namespace ds41 {
@@ -118,6 +120,13 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
     b.hc_ffn_fn = L.f32(p + "hc_ffn_fn");
     b.hc_ffn_base = L.f32(p + "hc_ffn_base");
     b.hc_ffn_scale = L.f32(p + "hc_ffn_scale");
+    for (auto [fn, name, out] : {std::tuple{b.hc_attn_fn, "hc_attn_fn", &b.hc_attn_fn_t},
+                                 std::tuple{b.hc_ffn_fn, "hc_ffn_fn", &b.hc_ffn_fn_t}}) {
+      const TensorInfo& t = store->get(p + name);
+      auto& buf = L.own(size_t(t.nbytes));
+      transpose_hc_projection(fn, int(t.shape[0]), t.shape[1], reinterpret_cast<float*>(buf.data()));
+      *out = reinterpret_cast<const float*>(buf.data());
+    }
     const std::string a = p + "attn.";
     b.wq_a = L.fp8(a + "wq_a");
     b.wq_b = L.fp8(a + "wq_b");

@@ -34,6 +34,10 @@ struct BlockWeights {
   const float* hc_ffn_fn = nullptr;
   const float* hc_ffn_base = nullptr;
   const float* hc_ffn_scale = nullptr;
+  // hc_attn_fn / hc_ffn_fn transposed at load ([hc*D][mixes]: a position's weights of all mixes
+  // adjacent) for the SIMD mix dot products (hyper_connection.h); owned by ModelWeights.
+  const float* hc_attn_fn_t = nullptr;
+  const float* hc_ffn_fn_t = nullptr;
   // attention
   Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
   const uint16_t* q_norm = nullptr;

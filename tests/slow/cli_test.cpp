@@ -379,7 +379,7 @@ TEST(Cli, RunTextPromptIsRepeatableAndPrintsTimings) {
   auto j = run_ds41(cmd + " --json");
   ASSERT_EQ(j.status, 0) << j.err;
   auto r = nlohmann::json::parse(j.out);
-  if (r["finish_reason"] == "length") EXPECT_EQ(r["generated"].size(), 20u);
+  if (r["finish_reason"] == "length") { EXPECT_EQ(r["generated"].size(), 20u); }
   EXPECT_EQ(r["content"].get<std::string>() + "\n", a.out);
   // Without a tokenizer the error names the file that is missing.
   auto none = run_ds41("run -m " + test::tiny_model_dir(false) + " -p Hello --max-tokens 2");
