@@ -689,9 +689,12 @@ void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& 
   check_dims("linear_f32_wbf16_packed", M, N, K);
   if (M == 0 || N == 0) return;
   const simd::KernelTable* kt = simd::active_kernels();
-  // Blocks split over the threads; the tail rows (N % 16) go with the last part.
-  parallel_for(pool_for_work(pool, M * N * K), NB + 1, [&](int64_t p0, int64_t p1) {
-    const int64_t b1 = std::min(p1, NB);
+  // Groups of 8 blocks split over the threads (the kernels take 8 streams per pass; a lone block
+  // is latency-bound); the tail rows (N % 16) go with the last part.
+  constexpr int64_t kGroup = 8;
+  const int64_t NG = (NB + kGroup - 1) / kGroup;
+  parallel_for(pool_for_work(pool, M * N * K), NG + 1, [&](int64_t g0, int64_t g1) {
+    const int64_t p0 = std::min(g0 * kGroup, NB), b1 = std::min(g1 * kGroup, NB);
     if (p0 < b1) {
       if (kt) {
         kt->dense_packed_bf16(x, M, W.blocks, K, p0, b1, y, N);
@@ -706,7 +709,7 @@ void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& 
             }
       }
     }
-    if (p1 == NB + 1)
+    if (g1 == NG + 1)
       for (int64_t n = NB * kPackedRows; n < N; ++n)
         for (int64_t m = 0; m < M; ++m) {
           float acc = 0.0f;
