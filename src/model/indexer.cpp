@@ -94,8 +94,11 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     if (key_block[l] == 0) continue;
     const LayerState& keys = ctx.state.layers[l];
     uint16_t* block = K.data() + (key_block[l] - 1) * total * IH;
-    for (int64_t t = 0; t < std::min<int64_t>(total, keys.entries); ++t)
-      mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH, block + t * IH);
+    parallel_for(ctx.pool, std::min<int64_t>(total, keys.entries), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH,
+                          block + t * IH);
+    });
   }
 
   // Queries: FP8 projection of qr, RoPE on the tail, MXFP4 QDQ per head.
@@ -124,36 +127,57 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     ctx.candidates.resize(size_t(S));
     ctx.candidates_built = true;
   }
-  parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+  // One query row: scores of the visible keys (by `score_keys`), then the candidate pool and top-k.
+  auto select_row = [&](int64_t s, float* score, const auto& score_keys) {
+    const int64_t count = (ctx.pos(int(s)) + 1) / m;  // entries whose whole group is visible
+    if (ctx.hooks && ctx.hooks->pin_topk) {
+      if (auto pinned = ctx.hooks->pin_topk(lp.id, int(s))) {
+        if (pool_source) ctx.candidates[s].assign(size_t(total), 1);
+        out[s] = *pinned;
+        return;
+      }
+    }
+    // Canonical row width = the entries this query can see. The reference's decode call has
+    // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
+    // only changes how exact ties are broken. Using the visible width in every call shape keeps
+    // prefill, decode and chunked calls identical and equal to the reference's decode.
+    // A row that sees only the first key_rows keys reads zeros beyond: relu(0) * weight sums to 0.
+    const uint16_t* Ks = K.data() + (key_block[size_t(row_key_layer[size_t(s)])] - 1) * total * IH;
+    const int64_t scored = std::min(count, row_key_rows[size_t(s)]);
+    score_keys(qi.data() + s * NH * IH, wts.data() + s * NH, Ks, scored, score);
+    for (int64_t t = scored; t < count; ++t) score[t] = 0.f;
+    if (pool_source)
+      candidate_pool_row(score, count, count, c.candidate_topk_blocks, c.candidate_block_size, ctx.candidates[s],
+                         planned);
+    if (pool_restricted)
+      for (int64_t t = 0; t < count; ++t)
+        if (!ctx.candidates[s][t]) score[t] = -std::numeric_limits<float>::infinity();
+    select_topk_row(score, count, count, c.index_topk, out[s]);
+  };
+  const int threads = ctx.pool ? ctx.pool->size() : 1;
+  if (S >= threads) {  // rows in parallel
+    parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+      DS41_SCRATCH_CAP(float, score, total, planned);
+      torch_topk_reserve(planned);
+      for (int64_t s = s0; s < s1; ++s)
+        select_row(s, score.data(),
+                   [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, int64_t n, float* sc) {
+                     indexer_scores(q, wq, int(NH), IH, Ks, n, sc);
+                   });
+    });
+  } else {  // decode: each row's keys split across the threads (every key's score is its own)
     DS41_SCRATCH_CAP(float, score, total, planned);
     torch_topk_reserve(planned);
-    for (int64_t s = s0; s < s1; ++s) {
-      const int64_t count = (ctx.pos(int(s)) + 1) / m;  // entries whose whole group is visible
-      if (ctx.hooks && ctx.hooks->pin_topk) {
-        if (auto pinned = ctx.hooks->pin_topk(lp.id, int(s))) {
-          if (pool_source) ctx.candidates[s].assign(size_t(total), 1);
-          out[s] = *pinned;
-          continue;
-        }
-      }
-      // Canonical row width = the entries this query can see. The reference's decode call has
-      // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
-      // only changes how exact ties are broken. Using the visible width in every call shape keeps
-      // prefill, decode and chunked calls identical and equal to the reference's decode.
-      // A row that sees only the first key_rows keys reads zeros beyond: relu(0) * weight sums to 0.
-      const uint16_t* Ks = K.data() + (key_block[size_t(row_key_layer[size_t(s)])] - 1) * total * IH;
-      const int64_t scored = std::min(count, row_key_rows[size_t(s)]);
-      indexer_scores(qi.data() + s * NH * IH, wts.data() + s * NH, int(NH), IH, Ks, scored, score.data());
-      for (int64_t t = scored; t < count; ++t) score[t] = 0.f;
-      if (pool_source)
-        candidate_pool_row(score.data(), count, count, c.candidate_topk_blocks, c.candidate_block_size, ctx.candidates[s],
-                           planned);
-      if (pool_restricted)
-        for (int64_t t = 0; t < count; ++t)
-          if (!ctx.candidates[s][t]) score[t] = -std::numeric_limits<float>::infinity();
-      select_topk_row(score.data(), count, count, c.index_topk, out[s]);
-    }
-  });
+    for (int64_t s = 0; s < S; ++s)
+      select_row(s, score.data(), [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, int64_t n, float* sc) {
+        parallel_for(ctx.pool, threads, [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p) {
+            const int64_t t0 = n * p / threads, t1 = n * (p + 1) / threads;
+            if (t1 > t0) indexer_scores(q, wq, int(NH), IH, Ks + t0 * IH, t1 - t0, sc + t0);
+          }
+        });
+      });
+  }
   if (ctx.hooks && ctx.hooks->on_topk)
     for (int s = 0; s < S; ++s) ctx.hooks->on_topk(lp.id, s, out[s]);
   if (pool_source && ctx.hooks && ctx.hooks->on_candidates)
