@@ -242,7 +242,10 @@ TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
       transpose_hc_projection(fn.data(), nmix, n, fn_t.data());
       for (SimdLevel l : levels) {
         ScopedSimdLevel level(l);
-        hc_mixes(X.data(), c.hc, c.D, fn.data(), 1e-20f, fast.data());
+        // The model's path: dot products from the transposed projection, then the rms factor.
+        std::vector<float> all_dots(static_cast<size_t>(nmix));
+        hc_mix_dots(X.data(), c.hc, c.D, fn.data(), fn_t.data(), 0, nmix, all_dots.data());
+        hc_mixes_from_dots(X.data(), c.hc, c.D, all_dots.data(), 1e-20f, fast.data());
         EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " hc=" << c.hc << " D=" << c.D;
         // From the transposed projection, whole and in the ranges threads take (ragged splits).
         for (int parts : {1, 2, 3}) {

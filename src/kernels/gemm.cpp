@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -372,93 +373,28 @@ struct F32WRows {
 
 constexpr int64_t kSimdTileRows = 16;  // activation rows that share each decoded weight row
 
-// Tiles of an [rows, N] output for the SIMD kernels: enough column tiles to keep every thread
-// busy (which thread computes an element never changes its value).
+// Columns per SIMD tile of an N-column output: enough tiles to keep every thread busy (which
+// thread computes an element never changes its value), a multiple of col_multiple.
+int64_t simd_col_tile(int64_t N, int64_t threads, int64_t col_multiple) {
+  const int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
+  return (col_tile + col_multiple - 1) / col_multiple * col_multiple;
+}
+
+// Tiles of an [rows, N] output for the dense SIMD kernels.
 template <class Task>
-void for_each_simd_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, const Task& task,
-                        int64_t tile_rows = kSimdTileRows, int64_t col_multiple = 8) {
+void for_each_simd_tile(int64_t rows, int64_t N, int64_t K, ThreadPool* pool, const Task& task) {
   ThreadPool* p = pool_for_work(pool, rows * N * K);
   const int64_t threads = p ? p->size() : 1;
-  const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows;
-  int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
-  col_tile = (col_tile + col_multiple - 1) / col_multiple * col_multiple;
+  const int64_t row_tiles = (rows + kSimdTileRows - 1) / kSimdTileRows;
+  const int64_t col_tile = simd_col_tile(N, threads, 8);
   const int64_t col_tiles = (N + col_tile - 1) / col_tile;
   parallel_for(p, row_tiles * col_tiles, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t ct = t / row_tiles, rt = t % row_tiles;
-      task(rt * tile_rows, std::min(rows, (rt + 1) * tile_rows), ct * col_tile, std::min(N, (ct + 1) * col_tile));
+      task(rt * kSimdTileRows, std::min(rows, (rt + 1) * kSimdTileRows), ct * col_tile,
+           std::min(N, (ct + 1) * col_tile));
     }
   });
-}
-
-void simd_linear_fp8(const simd::KernelTable& kt, const uint16_t* x, int64_t M, const Fp8Matrix& W,
-                     uint16_t* y, ThreadPool* pool) {
-  check_quantized_dims("linear_fp8", M, W.N, W.K);
-  if (M == 0 || W.N == 0) return;
-  const int64_t K = W.K, KB = K / kBlock;
-  thread_local std::vector<uint8_t> codes_buffer, special_buffer;
-  thread_local std::vector<float> scales_buffer, values_buffer;
-  thread_local std::vector<int8_t> digits_buffer;
-  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
-    const int64_t rows = std::min(kChunkRows, M - m0);
-    uint8_t* codes = scratch(codes_buffer, rows * K);
-    float* scales = scratch(scales_buffer, rows * KB);
-    float* values = scratch(values_buffer, rows * K);
-    uint8_t* special = scratch(special_buffer, rows);
-    parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        kt.prepare_fp8_row(x + (m0 + r) * K, K, codes + r * K, scales + r * KB, values + r * K, special + r);
-    });
-    // A lone row on a level with an integer decode kernel: its digit planes, once per call.
-    int8_t* digits = nullptr;
-    if (rows == 1 && kt.prepare_fp8_digits) {
-      digits = scratch(digits_buffer, 3 * K);
-      kt.prepare_fp8_digits(codes, K, digits);
-    }
-    // Prefill tiles take the whole chunk of rows: the kernel decodes a weight tile once for all
-    // of them (decode tiles stay one row: the in-register path).
-    for_each_simd_tile(
-        rows, W.N, K, pool,
-        [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-          const simd::Fp8Activations act{values + r0 * K, scales + r0 * KB, codes + r0 * K, special + r0, K, digits};
-          kt.fp8(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
-        },
-        kChunkRows, 16);
-  }
-}
-
-void simd_linear_fp4(const simd::KernelTable& kt, const uint16_t* x, int64_t M, const Fp4Matrix& W,
-                     uint16_t* y, ThreadPool* pool) {
-  check_quantized_dims("linear_fp4", M, W.N, W.K);
-  if (M == 0 || W.N == 0) return;
-  const int64_t K = W.K, KB = K / kBlock;
-  thread_local std::vector<uint8_t> codes_buffer, special_buffer;
-  thread_local std::vector<float> raw_scales_buffer, scales_buffer;
-  thread_local std::vector<int8_t> chunks_buffer;
-  thread_local std::vector<int32_t> offsets_buffer;
-  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
-    const int64_t rows = std::min(kChunkRows, M - m0);
-    uint8_t* codes = scratch(codes_buffer, rows * K);
-    float* raw_scales = scratch(raw_scales_buffer, rows * KB);
-    float* scales = scratch(scales_buffer, rows * KB);
-    int8_t* chunks = scratch(chunks_buffer, rows * 3 * K);
-    int32_t* offsets = scratch(offsets_buffer, rows * KB);
-    uint8_t* special = scratch(special_buffer, rows);
-    parallel_for(pool_for_work(pool, rows * K * 8), rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        kt.prepare_fp4_row(x + (m0 + r) * K, K, codes + r * K, raw_scales + r * KB, chunks + r * 3 * K,
-                           offsets + r * KB, scales + r * KB, special + r);
-    });
-    // As for FP8: prefill tiles take the whole chunk of rows (one weight-tile decode for all).
-    for_each_simd_tile(
-        rows, W.N, K, pool,
-        [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-          const simd::Fp4Activations act{chunks + r0 * 3 * K, offsets + r0 * KB, scales + r0 * KB,
-                                         codes + r0 * K,      raw_scales + r0 * KB, special + r0, K};
-          kt.fp4(act, r1 - r0, W, n0, n1, y + (m0 + r0) * W.N, W.N);
-        },
-        kChunkRows, 16);
-  }
 }
 
 // Dense SIMD path: activations widened to fp32 per chunk of rows.
@@ -518,37 +454,76 @@ uint16_t fp4_element_scalar(const uint8_t* codes, const float* scales, const Fp4
 }  // namespace simd
 
 // ---- public fast paths -----------------------------------------------------------------------
-// linear_quantized_batch on the SIMD kernels: every job's activation rows prepared on this thread
-// (they are few), then one parallel loop over the column tiles of all jobs, each tile computed by
-// the same kernel call the single-job path makes for it.
-static void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLinearJob* jobs, int count,
+namespace {
+
+// linear_quantized_batch on the SIMD kernels (jobs of at most kChunkRows rows): every job's
+// activation rows prepared once (in parallel over rows; a job with the same activations as an
+// earlier one shares its preparation), then one parallel loop over the tiles of all jobs. A tile
+// takes all of its job's rows (a prefill tile decodes its weights once for all of them) and up
+// to 64 columns.
+void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLinearJob* jobs, int count,
                                  ThreadPool* pool) {
+  // A job's prepared activations: FP8 uses f1 = values, f2 = scales, i8 = digit planes (a lone
+  // row on a level with the integer decode kernel); FP4 f1 = raw scales, f2 = scales, i8 = chunk
+  // planes, i32 = offsets.
   struct Prepared {
-    simd::Fp8Activations a8{};
-    simd::Fp4Activations a4{};
+    uint8_t* codes;
+    uint8_t* special;
+    float *f1, *f2;
+    int8_t* i8;
+    int32_t* i32;
+    int64_t K;
+    bool digits;
+    int shares = -1;  // the earlier job whose preparation this one uses
+    simd::Fp8Activations a8() const { return {f1, f2, codes, special, K, digits ? i8 : nullptr}; }
+    simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K}; }
   };
   struct Tile {
     int job;
     int64_t n0, n1;
   };
+  struct PrepRow {
+    int job;
+    int64_t r;
+  };
   thread_local std::vector<Prepared> prepared;
   thread_local std::vector<Tile> tiles;
+  thread_local std::vector<PrepRow> prep_rows;
   thread_local std::vector<uint8_t> codes_buffer, special_buffer;
   thread_local std::vector<float> f1_buffer, f2_buffer;
   thread_local std::vector<int8_t> i8_buffer;
   thread_local std::vector<int32_t> i32_buffer;
-  int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, work = 0;
+  auto dims = [&](int j, int64_t& N, int64_t& K) {
+    N = jobs[j].fp8 ? jobs[j].fp8->N : jobs[j].fp4->N;
+    K = jobs[j].fp8 ? jobs[j].fp8->K : jobs[j].fp4->K;
+  };
+  auto fp8_digits = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M == 1 && kt.prepare_fp8_digits; };
+  if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
+  // Sizes, and which jobs share a preparation.
+  int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, work = 0, prep_work = 0;
   for (int j = 0; j < count; ++j) {
     const QuantizedLinearJob& job = jobs[j];
-    const int64_t N = job.fp8 ? job.fp8->N : job.fp4->N, K = job.fp8 ? job.fp8->K : job.fp4->K;
+    int64_t N, K;
+    dims(j, N, K);
     check_quantized_dims(job.fp8 ? "linear_fp8" : "linear_fp4", job.M, N, K);
+    work += job.M * N * K;
+    prepared[size_t(j)].shares = -1;
+    for (int e = 0; e < j; ++e) {
+      int64_t Ne, Ke;
+      dims(e, Ne, Ke);
+      if (jobs[e].x == job.x && jobs[e].M == job.M && !jobs[e].fp8 == !job.fp8 && Ke == K) {
+        prepared[size_t(j)].shares = e;
+        break;
+      }
+    }
+    if (prepared[size_t(j)].shares >= 0) continue;
+    prep_work += job.M * K * 8;
     codes_n += job.M * K;
     special_n += job.M;
     f1_n += job.fp8 ? job.M * K : job.M * (K / kBlock);  // values | raw scales
     f2_n += job.M * (K / kBlock);                        // scales
-    i8_n += job.fp8 ? (job.M == 1 && kt.prepare_fp8_digits ? 3 * K : 0) : job.M * 3 * K;
+    i8_n += job.fp8 ? (fp8_digits(job) ? 3 * K : 0) : job.M * 3 * K;
     i32_n += job.fp8 ? 0 : job.M * (K / kBlock);
-    work += job.M * N * K;
   }
   uint8_t* codes = scratch(codes_buffer, codes_n);
   uint8_t* special = scratch(special_buffer, special_n);
@@ -556,71 +531,100 @@ static void simd_linear_quantized_batch(const simd::KernelTable& kt, const Quant
   float* f2 = scratch(f2_buffer, f2_n);
   int8_t* i8 = scratch(i8_buffer, i8_n);
   int32_t* i32 = scratch(i32_buffer, i32_n);
-  if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
-  tiles.clear();
-  const int64_t threads = pool_for_work(pool, work) ? pool->size() : 1;
+  // Buffers of each job, and the rows to prepare.
+  prep_rows.clear();
   for (int j = 0; j < count; ++j) {
     const QuantizedLinearJob& job = jobs[j];
-    if (job.M == 0) continue;
-    const int64_t N = job.fp8 ? job.fp8->N : job.fp4->N, K = job.fp8 ? job.fp8->K : job.fp4->K, KB = K / kBlock;
     Prepared& p = prepared[size_t(j)];
-    // A job with the same activations as an earlier one (an expert's w1 and w3) shares its
-    // preparation: the same rows give the same prepared values.
-    int same = -1;
-    for (int e = 0; e < j && same < 0; ++e)
-      if (jobs[e].x == job.x && jobs[e].M == job.M && !jobs[e].fp8 == !job.fp8 &&
-          (job.fp8 ? jobs[e].fp8->K : jobs[e].fp4->K) == K)
-        same = e;
-    if (same >= 0) {
-      p = prepared[size_t(same)];
-    } else if (job.fp8) {
-      int8_t* digits = job.M == 1 && kt.prepare_fp8_digits ? i8 : nullptr;
-      for (int64_t r = 0; r < job.M; ++r)
-        kt.prepare_fp8_row(job.x + r * K, K, codes + r * K, f2 + r * KB, f1 + r * K, special + r);
-      if (digits) kt.prepare_fp8_digits(codes, K, digits);
-      p.a8 = simd::Fp8Activations{f1, f2, codes, special, K, digits};
+    if (p.shares >= 0) continue;
+    int64_t N, K;
+    dims(j, N, K);
+    const int64_t KB = K / kBlock;
+    p = Prepared{codes, special, f1, f2, i8, i32, K, fp8_digits(job), -1};
+    if (job.fp8) {
       f1 += job.M * K;
-      i8 += digits ? 3 * K : 0;
+      i8 += p.digits ? 3 * K : 0;
     } else {
-      for (int64_t r = 0; r < job.M; ++r)
-        kt.prepare_fp4_row(job.x + r * K, K, codes + r * K, f1 + r * KB, i8 + r * 3 * K, i32 + r * KB, f2 + r * KB,
-                           special + r);
-      p.a4 = simd::Fp4Activations{i8, i32, f2, codes, f1, special, K};
       f1 += job.M * KB;
       i8 += job.M * 3 * K;
       i32 += job.M * KB;
     }
-    if (same < 0) {
-      codes += job.M * K;
-      special += job.M;
-      f2 += job.M * KB;
-    }
-    // The single-job path's column tiles (for_each_simd_tile) for this job's share of the threads.
-    int64_t col_tile = std::clamp<int64_t>((N + 4 * threads - 1) / (4 * threads), 8, 64);
-    col_tile = (col_tile + 15) / 16 * 16;
-    for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
+    codes += job.M * K;
+    special += job.M;
+    f2 += job.M * KB;
+    for (int64_t r = 0; r < job.M; ++r) prep_rows.push_back(PrepRow{j, r});
   }
   // The workers read this thread's lists (thread_local names would be their own, empty, ones).
-  const Tile* tile_list = tiles.data();
   const Prepared* prepared_list = prepared.data();
+  const PrepRow* prep_list = prep_rows.data();
+  parallel_for(pool_for_work(pool, prep_work), int64_t(prep_rows.size()),
+               [&](int64_t i0, int64_t i1) {
+                 for (int64_t i = i0; i < i1; ++i) {
+                   const QuantizedLinearJob& job = jobs[prep_list[i].job];
+                   const Prepared& p = prepared_list[prep_list[i].job];
+                   const int64_t r = prep_list[i].r, K = p.K, KB = K / kBlock;
+                   if (job.fp8)
+                     kt.prepare_fp8_row(job.x + r * K, K, p.codes + r * K, p.f2 + r * KB, p.f1 + r * K, p.special + r);
+                   else
+                     kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB, p.i8 + r * 3 * K,
+                                        p.i32 + r * KB, p.f2 + r * KB, p.special + r);
+                 }
+               });
+  // Digit planes of the lone-row FP8 jobs; shared preparations copied; the tiles.
+  tiles.clear();
+  const int64_t threads = pool_for_work(pool, work) ? pool->size() : 1;
+  for (int j = 0; j < count; ++j) {
+    Prepared& p = prepared[size_t(j)];
+    if (p.shares >= 0) {
+      const int shares = p.shares;
+      p = prepared[size_t(shares)];
+      p.shares = shares;
+    } else if (p.digits) {
+      kt.prepare_fp8_digits(p.codes, p.K, p.i8);
+    }
+    int64_t N, K;
+    dims(j, N, K);
+    if (jobs[j].M == 0) continue;
+    const int64_t col_tile = simd_col_tile(N, threads, 16);
+    for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
+  }
+  const Tile* tile_list = tiles.data();
   parallel_for(pool_for_work(pool, work), int64_t(tiles.size()), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const Tile& tile = tile_list[t];
       const QuantizedLinearJob& job = jobs[tile.job];
       const Prepared& p = prepared_list[tile.job];
-      if (job.fp8) kt.fp8(p.a8, job.M, *job.fp8, tile.n0, tile.n1, job.y, job.fp8->N);
-      else kt.fp4(p.a4, job.M, *job.fp4, tile.n0, tile.n1, job.y, job.fp4->N);
+      if (job.fp8) kt.fp8(p.a8(), job.M, *job.fp8, tile.n0, tile.n1, job.y, job.fp8->N);
+      else kt.fp4(p.a4(), job.M, *job.fp4, tile.n0, tile.n1, job.y, job.fp4->N);
     }
   });
 }
 
+// One FP8/FP4 linear on the SIMD kernels: chunks of kChunkRows rows, each a batch of one job.
+template <class Matrix>
+void simd_linear_quantized(const simd::KernelTable& kt, const char* what, const uint16_t* x, int64_t M,
+                           const Matrix& W, uint16_t* y, ThreadPool* pool) {
+  check_quantized_dims(what, M, W.N, W.K);
+  if (M == 0 || W.N == 0) return;
+  for (int64_t m0 = 0; m0 < M; m0 += kChunkRows) {
+    QuantizedLinearJob job{x + m0 * W.K, std::min(kChunkRows, M - m0), nullptr, nullptr, y + m0 * W.N};
+    if constexpr (std::is_same_v<Matrix, Fp8Matrix>) job.fp8 = &W;
+    else job.fp4 = &W;
+    simd_linear_quantized_batch(kt, &job, 1, pool);
+  }
+}
+
+}  // namespace
+
 void linear_fp8(const uint16_t* x, int64_t M, const Fp8Matrix& W, uint16_t* y, ThreadPool* pool) {
-  if (const simd::KernelTable* kt = simd::active_kernels()) return simd_linear_fp8(*kt, x, M, W, y, pool);
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return simd_linear_quantized(*kt, "linear_fp8", x, M, W, y, pool);
   quantized_linear("linear_fp8", x, M, W.N, W.K, Fp8Rows{W, (W.K + kBlock - 1) / kBlock}, y, pool);
 }
 
 void linear_fp4(const uint16_t* x, int64_t M, const Fp4Matrix& W, uint16_t* y, ThreadPool* pool) {
-  if (const simd::KernelTable* kt = simd::active_kernels()) return simd_linear_fp4(*kt, x, M, W, y, pool);
+  if (const simd::KernelTable* kt = simd::active_kernels())
+    return simd_linear_quantized(*kt, "linear_fp4", x, M, W, y, pool);
   quantized_linear("linear_fp4", x, M, W.N, W.K, Fp4Rows{W}, y, pool);
 }
 

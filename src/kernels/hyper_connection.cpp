@@ -56,9 +56,9 @@ void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, const fl
   check_hc(hc);
   const int64_t n = hc * D;
   if (k1 <= k0) return;
-  if (const simd::KernelTable* kt = simd::active_kernels()) {  // same dot products, mixes in lanes
-    if (fn_t) kt->hc_mix_dots_t(X, n, fn_t, hc_mix_count(hc), k0, k1, dots);
-    else kt->hc_mix_dots(X, n, fn + int64_t(k0) * n, k1 - k0, dots);
+  const simd::KernelTable* kt = simd::active_kernels();
+  if (kt && fn_t) {  // same dot products, mixes in lanes
+    kt->hc_mix_dots(X, n, fn_t, hc_mix_count(hc), k0, k1, dots);
     return;
   }
   for (int k = k0; k < k1; ++k) {
@@ -156,7 +156,7 @@ void hc_post_columns(const uint16_t* y, const uint16_t* Xres, const float* post,
                      int64_t D, int64_t d0, int64_t d1, uint16_t* Xout) {
   check_hc(hc);
   if (const simd::KernelTable* kt = simd::active_kernels())  // the same sequence, columns in lanes
-    return kt->hc_post_columns(y, Xres, post, comb, hc, D, d0, d1, Xout);
+    d0 = kt->hc_post_columns(y, Xres, post, comb, hc, D, d0, d1, Xout);
   std::array<float, kMaxHc> col;
   for (int64_t d = d0; d < d1; ++d) {
     for (int i = 0; i < hc; ++i) col[i] = bf16_to_f32(Xres[i * D + d]);  // read before writing

@@ -29,8 +29,8 @@ constexpr int hc_mix_count(int hc) { return (2 + hc) * hc; }
 void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes);
 // The dot products of hc_mixes before the factor r, for mixes k in [k0, k1) only: dots[k - k0].
 // Each mix is its own chain, so splitting the range across threads changes no value. fn_t, if
-// given, is fn transposed (transpose_hc_projection): the SIMD kernels then read a position's
-// weights of all mixes as one contiguous run instead of transposing tiles of fn.
+// given, is fn transposed (transpose_hc_projection), which the SIMD kernels read (a position's
+// weights of all mixes are one contiguous run); without it the scalar loop over fn runs.
 void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, const float* fn_t, int k0, int k1,
                  float* dots);
 // fn_t[t][k] = fn[k][t] for fn [nmix][n].

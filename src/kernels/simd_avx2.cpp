@@ -39,7 +39,7 @@ extern const KernelTable kTable;
 const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,     dense_packed_bf16,
                             fp8_kernel,         fp4_kernel,      act_quant_row_simd,
                             prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
-                            indexer_scores_simd, hc_mix_dots_simd, hc_mix_dots_t_simd, fma_peak_simd,
+                            indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
                             nullptr,            hc_post_simd};
 #undef DS41_SIMD_REGS

@@ -80,11 +80,10 @@ struct KernelTable {
   // indexer_scores (indexer_score.h).
   void (*indexer_scores)(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint16_t* keys,
                          int64_t count, float* scores);
-  // The dot products of hc_mixes (hyper_connection.h) before the rms factor: dots[k] =
-  // sum_t fn[k][t] * X[t] as the twin's sequential fp32 chain.
-  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn, int nmix, float* dots);
-  // The same for mixes [k0, k1) from the transposed projection fn_t [n][nmix]: dots[k - k0].
-  void (*hc_mix_dots_t)(const uint16_t* X, int64_t n, const float* fn_t, int nmix, int k0, int k1, float* dots);
+  // The dot products of hc_mixes (hyper_connection.h) before the rms factor, for mixes [k0, k1)
+  // from the transposed projection fn_t [n][nmix]: dots[k - k0] = sum_t fn_t[t][k] * X[t] as the
+  // twin's sequential fp32 chain.
+  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn_t, int nmix, int k0, int k1, float* dots);
   // `iterations` rounds of independent fp32 FMA chains at the widest vectors of the level;
   // returns the flops done (2 per lane per FMA). The result lands in *sink (keeps it live).
   double (*fma_peak)(int64_t iterations, float* sink);
@@ -95,9 +94,10 @@ struct KernelTable {
   // Fp8Activations::digits of one row from its E4M3 codes (K % 32 == 0); nullptr on levels whose
   // fp8 kernel does not read them.
   void (*prepare_fp8_digits)(const uint8_t* codes, int64_t K, int8_t* digits);
-  // hc_post_columns (hyper_connection.h), hc <= kMaxHc already checked.
-  void (*hc_post_columns)(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
-                          int64_t D, int64_t d0, int64_t d1, uint16_t* Xout);
+  // hc_post_columns (hyper_connection.h) for whole groups of 8 columns from d0, hc <= kMaxHc
+  // already checked; returns the first column not done.
+  int64_t (*hc_post_columns)(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
+                             int64_t D, int64_t d0, int64_t d1, uint16_t* Xout);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

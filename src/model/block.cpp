@@ -39,41 +39,32 @@ void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, 
   const float norm_eps = float(c.norm_eps), hc_eps = float(c.hc_eps);
   // One sublayer: coefficients from the stream, input = norm(hc_pre(X, mix_in)), then
   // X = hc_post(body(input), X) in place (hc_post reads a column before writing it).
-  auto sublayer = [&](const float* fn, const float* fn_t, const float* base, const float* scale, const uint16_t* norm_w,
-                      const std::vector<float>& mix_in, BlockScratch::Mix& mix, auto&& body) {
+  auto sublayer = [&](const float* fn, const float* fn_t, const float* base, const float* scale,
+                      const uint16_t* norm_w, const std::vector<float>& mix_in, BlockScratch::Mix& mix,
+                      auto&& body) {
+    // The mixes' dot products (most of the work) over (row, range of mixes) tasks: with fewer
+    // rows than threads (decode) each row's mixes are split too (each mix is its own chain).
     const int threads = ctx.pool ? ctx.pool->size() : 1;
-    const int64_t parts = S >= threads ? 1 : threads;  // decode: split each row's work too
-    auto finish_row = [&](int64_t s, const float* mixes) {
-      hc_split_sinkhorn(mixes, hc, base, scale, c.hc_sinkhorn_iters, hc_eps, mix.pre.data() + s * hc,
-                        mix.post.data() + s * hc, mix.comb.data() + s * hc * hc);
-      hc_pre(X + s * hc * D, mix_in.data() + s * hc, hc, D, b.h.data() + s * D);
-      rmsnorm_row(b.h.data() + s * D, norm_w, D, norm_eps, b.hn.data() + s * D);
-    };
-    if (parts == 1) {
-      parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
-        for (int64_t s = s0; s < s1; ++s) {
-          std::array<float, hc_mix_count(kMaxHc)> dots, mixes;
-          hc_mix_dots(X + s * hc * D, hc, D, fn, fn_t, 0, hc_mix_count(hc), dots.data());
-          hc_mixes_from_dots(X + s * hc * D, hc, D, dots.data(), norm_eps, mixes.data());
-          finish_row(s, mixes.data());
-        }
-      });
-    } else {  // the mixes' dot products (most of the work) split across the threads
-      const int nmix = hc_mix_count(hc);
-      DS41_SCRATCH(float, dots, int64_t(S) * nmix);
-      parallel_for(ctx.pool, S * parts, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-          const int64_t s = t / parts, part = t % parts;
-          const int k0 = int(nmix * part / parts), k1 = int(nmix * (part + 1) / parts);
-          hc_mix_dots(X + s * hc * D, hc, D, fn, fn_t, k0, k1, dots.data() + s * nmix + k0);
-        }
-      });
-      for (int64_t s = 0; s < S; ++s) {
+    const int64_t parts = S >= threads ? 1 : threads;
+    const int nmix = hc_mix_count(hc);
+    DS41_SCRATCH(float, dots, int64_t(S) * nmix);
+    parallel_for(ctx.pool, S * parts, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t s = t / parts, part = t % parts;
+        const int k0 = int(nmix * part / parts), k1 = int(nmix * (part + 1) / parts);
+        hc_mix_dots(X + s * hc * D, hc, D, fn, fn_t, k0, k1, dots.data() + s * nmix + k0);
+      }
+    });
+    parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
         std::array<float, hc_mix_count(kMaxHc)> mixes;
         hc_mixes_from_dots(X + s * hc * D, hc, D, dots.data() + s * nmix, norm_eps, mixes.data());
-        finish_row(s, mixes.data());
+        hc_split_sinkhorn(mixes.data(), hc, base, scale, c.hc_sinkhorn_iters, hc_eps, mix.pre.data() + s * hc,
+                          mix.post.data() + s * hc, mix.comb.data() + s * hc * hc);
+        hc_pre(X + s * hc * D, mix_in.data() + s * hc, hc, D, b.h.data() + s * D);
+        rmsnorm_row(b.h.data() + s * D, norm_w, D, norm_eps, b.hn.data() + s * D);
       }
-    }
+    });
     body();
     // Rows in parallel; with fewer rows than threads (decode) each row's columns are split too.
     parallel_for(ctx.pool, S * parts, [&](int64_t t0, int64_t t1) {

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "base/error.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
