@@ -464,7 +464,7 @@ namespace {
 void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLinearJob* jobs, int count,
                                  ThreadPool* pool) {
   // A job's prepared activations: FP8 uses f1 = values, f2 = scales, i8 = digit planes (a lone
-  // row on a level with the integer decode kernel); FP4 f1 = raw scales, f2 = scales, i8 = chunk
+  // row on a level with the integer decode kernel), f64 = the values widened (several rows); FP4 f1 = raw scales, f2 = scales, i8 = chunk
   // planes, i32 = offsets.
   struct Prepared {
     uint8_t* codes;
@@ -472,10 +472,11 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     float *f1, *f2;
     int8_t* i8;
     int32_t* i32;
+    double* f64;
     int64_t K;
     bool digits;
     int shares = -1;  // the earlier job whose preparation this one uses
-    simd::Fp8Activations a8() const { return {f1, f2, codes, special, K, digits ? i8 : nullptr}; }
+    simd::Fp8Activations a8() const { return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64}; }
     simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K}; }
   };
   struct Tile {
@@ -493,14 +494,16 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   thread_local std::vector<float> f1_buffer, f2_buffer;
   thread_local std::vector<int8_t> i8_buffer;
   thread_local std::vector<int32_t> i32_buffer;
+  thread_local std::vector<double> f64_buffer;
   auto dims = [&](int j, int64_t& N, int64_t& K) {
     N = jobs[j].fp8 ? jobs[j].fp8->N : jobs[j].fp4->N;
     K = jobs[j].fp8 ? jobs[j].fp8->K : jobs[j].fp4->K;
   };
   auto fp8_digits = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M == 1 && kt.prepare_fp8_digits; };
+  auto fp8_wide = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M > 1; };
   if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
   // Sizes, and which jobs share a preparation.
-  int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, work = 0, prep_work = 0;
+  int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, f64_n = 0, work = 0, prep_work = 0;
   for (int j = 0; j < count; ++j) {
     const QuantizedLinearJob& job = jobs[j];
     int64_t N, K;
@@ -524,6 +527,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     f2_n += job.M * (K / kBlock);                        // scales
     i8_n += job.fp8 ? (fp8_digits(job) ? 3 * K : 0) : job.M * 3 * K;
     i32_n += job.fp8 ? 0 : job.M * (K / kBlock);
+    f64_n += fp8_wide(job) ? job.M * K : 0;
   }
   uint8_t* codes = scratch(codes_buffer, codes_n);
   uint8_t* special = scratch(special_buffer, special_n);
@@ -531,6 +535,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   float* f2 = scratch(f2_buffer, f2_n);
   int8_t* i8 = scratch(i8_buffer, i8_n);
   int32_t* i32 = scratch(i32_buffer, i32_n);
+  double* f64 = scratch(f64_buffer, f64_n);
   // Buffers of each job, and the rows to prepare.
   prep_rows.clear();
   for (int j = 0; j < count; ++j) {
@@ -540,10 +545,11 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     int64_t N, K;
     dims(j, N, K);
     const int64_t KB = K / kBlock;
-    p = Prepared{codes, special, f1, f2, i8, i32, K, fp8_digits(job), -1};
+    p = Prepared{codes, special, f1, f2, i8, i32, fp8_wide(job) ? f64 : nullptr, K, fp8_digits(job), -1};
     if (job.fp8) {
       f1 += job.M * K;
       i8 += p.digits ? 3 * K : 0;
+      f64 += p.f64 ? job.M * K : 0;
     } else {
       f1 += job.M * KB;
       i8 += job.M * 3 * K;
@@ -563,9 +569,12 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                    const QuantizedLinearJob& job = jobs[prep_list[i].job];
                    const Prepared& p = prepared_list[prep_list[i].job];
                    const int64_t r = prep_list[i].r, K = p.K, KB = K / kBlock;
-                   if (job.fp8)
+                   if (job.fp8) {
                      kt.prepare_fp8_row(job.x + r * K, K, p.codes + r * K, p.f2 + r * KB, p.f1 + r * K, p.special + r);
-                   else
+                     // The prefill tiles' FMA operand: value * 2^8 (the weights carry 2^-8), exact.
+                     if (p.f64)
+                       for (int64_t k = 0; k < K; ++k) p.f64[r * K + k] = double(p.f1[r * K + k]) * 256.0;
+                   } else
                      kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB, p.i8 + r * 3 * K,
                                         p.i32 + r * KB, p.f2 + r * KB, p.special + r);
                  }
@@ -585,7 +594,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     int64_t N, K;
     dims(j, N, K);
     if (jobs[j].M == 0) continue;
-    const int64_t col_tile = simd_col_tile(N, threads, 16);
+    // Prefill tiles are 32 outputs wide at most (the AVX-512 FP8 tile).
+    const int64_t col_tile = simd_col_tile(N, threads, jobs[j].M > 1 ? 32 : 16);
     for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
   }
   const Tile* tile_list = tiles.data();

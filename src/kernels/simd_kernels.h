@@ -24,6 +24,9 @@ struct Fp8Activations {
   // into int8 planes [3][K], a9 = c0 + 2^7 c1 + 2^14 c2 with c0, c1 in [0, 127], c2 in [-14, 14]
   // (prepare_fp8_digits); nullptr elsewhere.
   const int8_t* digits = nullptr;
+  // Several rows (prefill): the values times 2^8 as doubles, [rows][K] (the FMA operands of the
+  // prefill tiles, widened once per call instead of once per tile); nullptr when rows = 1.
+  const double* wide = nullptr;
 };
 
 // Activations of an FP4-weight GEMM, prepared for 8-bit integer dot products: each E4M3 value
