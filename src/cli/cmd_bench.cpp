@@ -37,13 +37,14 @@ struct RunFigures {
 // length is one of the decode contexts.
 RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengths,
                        const std::vector<int64_t>& decode_contexts, int64_t decode_steps, int64_t gemm_rows,
-                       ThreadPool* pool, bool verbose) {
+                       int64_t triad_bytes, ThreadPool* pool, bool verbose) {
   RunFigures r;
   std::map<int64_t, bool> decoded;
   auto decode_from = [&](SequenceState& st) {
     if (verbose) std::fprintf(stderr, "bench: [%s] decode %lld steps at context %lld\n", simd_level_name(simd_level()),
                               (long long)decode_steps, (long long)st.pos);
     r.decode.push_back(bench_decode(m, st, decode_steps, pool));
+    r.decode.back().triad_beside = measure_triad_bandwidth(pool, triad_bytes, 3);
     decoded[r.decode.back().context] = true;
   };
   for (int64_t len : prefill_lengths) {
@@ -91,7 +92,11 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                            {"efficiency_vs_bandwidth", double(d.bytes.total()) * d.tokens_per_s() / triad},
                            {"median_step_seconds", d.median_step_seconds},
                            {"median_tokens_per_s", d.median_tokens_per_s()},
-                           {"median_efficiency_vs_bandwidth", double(d.bytes.total()) * d.median_tokens_per_s() / triad}});
+                           {"median_efficiency_vs_bandwidth", double(d.bytes.total()) * d.median_tokens_per_s() / triad},
+                           {"triad_beside_bytes_per_s", d.triad_beside},
+                           {"efficiency_vs_bandwidth_beside", double(d.bytes.total()) * d.tokens_per_s() / d.triad_beside},
+                           {"median_efficiency_vs_bandwidth_beside",
+                            double(d.bytes.total()) * d.median_tokens_per_s() / d.triad_beside}});
   if (r.gemm.rows > 0)
     j["quantized_gemms"] = {{"rows", r.gemm.rows},
                             {"flops", r.gemm.flops},
@@ -110,12 +115,15 @@ void print_figures(const char* title, const json& j) {
                 p["cpu_share"].get<double>());
   for (const auto& d : j["decode"])
     std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth   (cpu share %.2f)\n"
-                "                 median step: %9.2f tok/s = %5.1f%% of bandwidth\n",
+                "                 median step: %9.2f tok/s = %5.1f%% of bandwidth\n"
+                "                 against the triad measured right after (%.2f GB/s): %5.1f%%, median step %5.1f%%\n",
                 (long long)d["context"].get<int64_t>(), d["tokens_per_s"].get<double>(),
                 double(d["bytes_per_token"].get<int64_t>()) / 1e6, double(d["kv_bytes_per_token"].get<int64_t>()) / 1e6,
                 d["bytes_per_s"].get<double>() / 1e9, 100.0 * d["efficiency_vs_bandwidth"].get<double>(),
                 d["cpu_share"].get<double>(), d["median_tokens_per_s"].get<double>(),
-                100.0 * d["median_efficiency_vs_bandwidth"].get<double>());
+                100.0 * d["median_efficiency_vs_bandwidth"].get<double>(), d["triad_beside_bytes_per_s"].get<double>() / 1e9,
+                100.0 * d["efficiency_vs_bandwidth_beside"].get<double>(),
+                100.0 * d["median_efficiency_vs_bandwidth_beside"].get<double>());
   if (j.contains("quantized_gemms")) {
     const auto& g = j["quantized_gemms"];
     std::printf("  FP8/FP4 GEMMs alone, %lld rows: %8.2f GFLOP/s = %5.1f%% of FMA peak\n", (long long)g["rows"].get<int64_t>(),
@@ -174,7 +182,7 @@ int cmd_bench(int argc, char** argv) {
   const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
   const int64_t macs = quantized_macs_per_token(*model);
 
-  const RunFigures simd = run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, &pool, !as_json);
+  const RunFigures simd = run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, triad_mb << 20, &pool, !as_json);
   json out;
   out["model"] = dir;
   out["threads"] = pool.size();
@@ -188,11 +196,11 @@ int cmd_bench(int argc, char** argv) {
     RunFigures s;
     {
       ScopedSimdLevel scalar(SimdLevel::Scalar);
-      s = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, &pool, !as_json);
+      s = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, !as_json);
     }
     out["scalar"] = figures_json(s, triad, peak, macs, pool.size());
     // Speed-ups at the scalar run's shapes, measured again at the active level.
-    const RunFigures same = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, &pool, false);
+    const RunFigures same = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, false);
     out["speedup_vs_scalar"] = {{"prefill", ratio(same.prefill[0].tokens_per_s(), s.prefill[0].tokens_per_s())},
                                 {"decode", ratio(same.decode[0].tokens_per_s(), s.decode[0].tokens_per_s())},
                                 {"quantized_gemms", ratio(same.gemm.flops_per_s(), s.gemm.flops_per_s())}};

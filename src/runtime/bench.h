@@ -58,6 +58,10 @@ struct DecodeFigure {
   // triad bandwidth is a best-of-five figure for the same reason); the mean above counts every
   // interruption.
   double median_step_seconds = 0;
+  // The STREAM triad measured right after the steps (0 = not measured): on a shared machine the
+  // bandwidth left to this process moves with its neighbours' load within seconds, so a decode's
+  // efficiency is also given against the bandwidth of its own moment, not only the run's start.
+  double triad_beside = 0;
   DecodeBytes bytes;    // mean per step
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
   double median_tokens_per_s() const { return median_step_seconds > 0 ? 1.0 / median_step_seconds : 0; }

@@ -72,6 +72,11 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_NEAR(d["median_tokens_per_s"].get<double>(), d["tokens_per_s"].get<double>(),
                 1e-9 * d["tokens_per_s"].get<double>());
     EXPECT_NEAR(d["median_step_seconds"].get<double>() * 2, d["seconds"].get<double>(), 1e-12);
+    // The same bytes per second against the triad measured beside the steps.
+    const double beside = d["triad_beside_bytes_per_s"].get<double>();
+    EXPECT_GT(beside, 1e8);
+    EXPECT_NEAR(d["efficiency_vs_bandwidth_beside"].get<double>() * beside, d["bytes_per_s"].get<double>(),
+                1e-9 * d["bytes_per_s"].get<double>());
   }
   EXPECT_GT(j["figures"]["quantized_gemms"]["flops_per_s"].get<double>(), 0.0);
   EXPECT_TRUE(j["load_average"].contains("before"));
