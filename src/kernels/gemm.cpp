@@ -464,8 +464,8 @@ namespace {
 void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLinearJob* jobs, int count,
                                  ThreadPool* pool) {
   // A job's prepared activations: FP8 uses f1 = values, f2 = scales, i8 = digit planes (a lone
-  // row on a level with the integer decode kernel), f64 = the values widened (several rows); FP4 f1 = raw scales, f2 = scales, i8 = chunk
-  // planes, i32 = offsets.
+  // row on a level with the integer decode kernel), f64 = the values widened to double (several
+  // rows); FP4 f1 = raw scales, f2 = scales, i8 = chunk planes, i32 = offsets.
   struct Prepared {
     uint8_t* codes;
     uint8_t* special;
@@ -594,7 +594,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     int64_t N, K;
     dims(j, N, K);
     if (jobs[j].M == 0) continue;
-    // Prefill tiles are 32 outputs wide at most (the AVX-512 FP8 tile).
+    // Several rows: tiles of a multiple of 32 outputs, so the 32-wide AVX-512 FP8 register tile
+    // is never cut short inside a tile.
     const int64_t col_tile = simd_col_tile(N, threads, jobs[j].M > 1 ? 32 : 16);
     for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
   }
