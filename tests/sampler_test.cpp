@@ -88,6 +88,40 @@ TEST(Sampler, PenaltiesFollowTheirClosedForms) {
   EXPECT_EQ(Sampler(g).sample(l.data(), 4, 0), 0);  // no history: no penalty
 }
 
+// A decode loop passes one scratch to every call: each call must depend on its own history only
+// (the dense penalty counts are reset after use), matching the answer of a fresh scratch, in
+// greedy and sampled modes, whatever came before.
+TEST(Sampler, ReusedScratchGivesTheAnswersOfAFreshOne) {
+  SamplerOptions o;
+  o.repetition_penalty = 1.5;
+  o.presence_penalty = 0.3;
+  o.frequency_penalty = 0.2;
+  o.temperature = 0.9;
+  o.top_k = 5;
+  o.top_p = 0.8;
+  o.min_p = 0.05;
+  o.seed = 11;
+  SamplerOptions greedy_o = o;
+  greedy_o.temperature = 0;
+  const int64_t V = 12;
+  std::vector<float> l(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) l[size_t(i)] = float(std::sin(double(i) * 1.7) * 2.0);
+  const std::vector<std::vector<int32_t>> histories = {{3, 3, 3, 7, 1}, {}, {0, 11, 11}, {3, 3, 3, 7, 1}, {5, 99, -1, 5}};
+  for (const SamplerOptions& opt : {o, greedy_o}) {
+    const Sampler s(opt);
+    SamplerScratch scratch;
+    std::vector<float> p;
+    for (size_t h = 0; h < histories.size(); ++h) {
+      const auto& hist = histories[h];
+      s.distribution_into(p, l.data(), V, hist, scratch);
+      EXPECT_EQ(p, s.distribution(l.data(), V, hist)) << "history " << h;
+      for (uint64_t step = 0; step < 4; ++step)
+        EXPECT_EQ(s.sample(l.data(), V, step, hist, scratch), s.sample(l.data(), V, step, hist)) << "history " << h;
+    }
+    for (int32_t c : scratch.counts) EXPECT_EQ(c, 0);  // nothing left behind for the next call
+  }
+}
+
 TEST(Sampler, PenaltyWindowSeesOnlyTheLastTokens) {
   SamplerOptions o;
   o.presence_penalty = 1.0;

@@ -151,8 +151,10 @@ int cmd_run(int argc, char** argv) {
   // Image placeholders in the ids become image spans (their rows from the vision tower).
   const RunImages images = prepare_run_images(*model, prompt, args.get_all("image"), &pool);
   prompt = images.prompt.tokens;
-  // Caches sized once for the whole answer: no reallocation inside the decode loop.
-  reserve_sequence(st, c, model->plan(), std::min<int64_t>(c.max_seq_len, st.pos + int64_t(prompt.size()) + max_tokens));
+  // Caches sized once for the whole answer: no reallocation inside the decode loop (a speculative
+  // verify call runs up to a draft block past the last kept token).
+  reserve_sequence(st, c, model->plan(),
+                   std::min<int64_t>(c.max_seq_len, st.pos + int64_t(prompt.size()) + max_tokens + c.dspark_block_size));
 
   json steps = json::array();
   std::vector<int32_t> generated;

@@ -101,8 +101,9 @@ DsparkRunResult run_dspark(const Args& args, const Model& model, SequenceState& 
       int32_t tok = Sampler(s.sampling).sample(logits.data(), c.vocab_size, uint64_t(st.pos), st.token_history);
       emit(tok, logits.data());
       std::vector<float> rows;
+      std::vector<int32_t> out;
       while (!stopped && int64_t(generated.size()) < s.max_tokens) {
-        const std::vector<int32_t> out = dec.step(tok, s.max_tokens - int64_t(generated.size()), &rows);
+        dec.step_into(out, tok, s.max_tokens - int64_t(generated.size()), &rows);
         if (out.empty()) {
           gs.finish = FinishReason::ContextFull;
           break;

@@ -90,14 +90,15 @@ void Model::dspark_commit(SequenceState& state, const uint16_t* main_hidden, int
   const int64_t skip = std::max<int64_t>(0, rows - W);
   const int n = int(rows - skip);
   const int64_t first = state.dspark_pos + skip;
-  std::vector<uint16_t> proj(size_t(n) * D), main_x(size_t(n) * D);
+  DS41_SCRATCH(uint16_t, proj, int64_t(n) * D);
+  DS41_SCRATCH(uint16_t, main_x, int64_t(n) * D);
   linear_fp8(main_hidden + skip * in_dim, n, weights_.dspark.main_proj, proj.data(), pool);
   rmsnorm_rows(proj.data(), weights_.dspark.main_norm, n, D, float(c.norm_eps), main_x.data());
-  std::vector<int64_t> positions(static_cast<size_t>(n));
+  DS41_SCRATCH(int64_t, positions, n);
   for (int i = 0; i < n; ++i) positions[size_t(i)] = first + i;
-  std::vector<uint16_t> kv(size_t(n) * Dh);
-  std::vector<uint8_t> codes(size_t(n) * Dh);
-  std::vector<float> scales(size_t(n) * (Dh / 32));
+  DS41_SCRATCH(uint16_t, kv, int64_t(n) * Dh);
+  DS41_SCRATCH(uint8_t, codes, int64_t(n) * Dh);
+  DS41_SCRATCH(float, scales, int64_t(n) * (Dh / 32));
   for (const LayerPlan& lp : plan_.layers) {
     if (!lp.is_dspark) continue;
     // Each stage projects the same main_x with its own wkv/kv_norm (§B.5 step 1).
@@ -113,6 +114,13 @@ void Model::dspark_commit(SequenceState& state, const uint16_t* main_hidden, int
 
 DSparkDraft Model::dspark_draft(SequenceState& state, int32_t token, int n_drafts, const DraftPicker& pick,
                                 ThreadPool* pool, const ForwardHooks* hooks) const {
+  DSparkDraft out;
+  dspark_draft_into(out, state, token, n_drafts, pick, pool, hooks);
+  return out;
+}
+
+void Model::dspark_draft_into(DSparkDraft& out, SequenceState& state, int32_t token, int n_drafts,
+                              const DraftPicker& pick, ThreadPool* pool, const ForwardHooks* hooks) const {
   const ModelConfig& c = config_;
   if (!has_dspark()) throw Error("this model has no DSpark draft head (dspark_block_size is 0)");
   const int B = c.dspark_block_size;
@@ -130,12 +138,12 @@ DSparkDraft Model::dspark_draft(SequenceState& state, int32_t token, int n_draft
   ctx.S = B;
 
   // Block input [token, noise, ...] embedded and copied to every hc copy; one-hot pre-mix (§B.4).
-  std::vector<uint16_t> X(size_t(B) * hc * D);
+  DS41_SCRATCH(uint16_t, X, int64_t(B) * hc * D);
   for (int k = 0; k < B; ++k) {
     const int64_t id = k == 0 ? token : c.dspark_noise_token_id;
     for (int ci = 0; ci < hc; ++ci) std::memcpy(X.data() + (int64_t(k) * hc + ci) * D, weights_.embed + id * D, size_t(D) * 2);
   }
-  std::vector<float> a_in(size_t(B) * hc, 0.f);
+  DS41_SCRATCH(float, a_in, int64_t(B) * hc);
   for (int k = 0; k < B; ++k) a_in[size_t(k) * hc] = 1.f;
   static thread_local BlockScratch scratch;  // keeps its capacity from draft to draft
   scratch.resize(B, hc, D);
@@ -151,20 +159,24 @@ DSparkDraft Model::dspark_draft(SequenceState& state, int32_t token, int n_draft
   // Head (§B.4 step 3): collapse with the last FFN pre-mix; base logits from the normalised
   // hidden through the shared head; the confidence reads the un-normalised hidden.
   const int n = n_drafts;
-  std::vector<uint16_t> hidden(size_t(n) * D), normed(size_t(n) * D);
-  std::vector<float> hf(size_t(n) * D);
+  DS41_SCRATCH(uint16_t, hidden, int64_t(n) * D);
+  DS41_SCRATCH(uint16_t, normed, int64_t(n) * D);
+  DS41_SCRATCH(float, hf, int64_t(n) * D);
   for (int k = 0; k < n; ++k) {
     hc_pre(X.data() + int64_t(k) * hc * D, a_in.data() + k * hc, hc, D, hidden.data() + k * D);
     rmsnorm_row(hidden.data() + k * D, weights_.dspark.norm, D, float(c.norm_eps), normed.data() + k * D);
   }
   for (size_t i = 0; i < hf.size(); ++i) hf[i] = bf16_to_f32(normed[i]);
-  DSparkDraft out;
   out.token = token;
+  out.drafts.clear();
+  out.confidence.clear();
   out.logits.resize(size_t(n) * V);
   linear_f32_wbf16_packed(hf.data(), n, weights_.head_packed, out.logits.data(), pool);
 
   // Markov chain, strictly in order: slot k's bias comes from the token picked before it.
-  std::vector<float> bias(static_cast<size_t>(V)), e(static_cast<size_t>(Rk)), conf_in(size_t(D + Rk));
+  DS41_SCRATCH(float, bias, V);
+  DS41_SCRATCH(float, e, Rk);
+  DS41_SCRATCH(float, conf_in, D + Rk);
   int32_t prev = token;
   for (int k = 0; k < n; ++k) {
     const uint16_t* emb = weights_.dspark.markov_embed + int64_t(prev) * Rk;
@@ -185,7 +197,6 @@ DSparkDraft Model::dspark_draft(SequenceState& state, int32_t token, int n_draft
     out.drafts.push_back(next);
     prev = next;
   }
-  return out;
 }
 
 }  // namespace ds41

@@ -166,6 +166,10 @@ class Model {
   // its slot's logits (empty = argmax); hooks see the stages' routing like the backbone's.
   DSparkDraft dspark_draft(SequenceState& state, int32_t token, int n_drafts, const DraftPicker& pick,
                            ThreadPool* pool, const ForwardHooks* hooks = nullptr) const;
+  // The same into `out`, whose vectors keep their capacity (a speculative loop allocates nothing
+  // once they have grown).
+  void dspark_draft_into(DSparkDraft& out, SequenceState& state, int32_t token, int n_drafts, const DraftPicker& pick,
+                         ThreadPool* pool, const ForwardHooks* hooks = nullptr) const;
 
   // Cuts `state` back to its first keep_pos positions after forward calls made with
   // state.journal attached (speculative verification, spec §B.8): the journaled in-place writes

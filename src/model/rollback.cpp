@@ -34,7 +34,7 @@ void Model::rollback(SequenceState& st, int64_t keep_pos) const {
                 ", beyond the rollback point " + std::to_string(keep_pos));
 
   for (auto it = j->writes.rbegin(); it != j->writes.rend(); ++it)
-    if (it->pos >= keep_pos) std::copy(it->old.begin(), it->old.end(), it->dst);
+    if (it->pos >= keep_pos) std::copy_n(j->old.begin() + long(it->offset), it->bytes, it->dst);
 
   const ModelConfig& c = config_;
   for (const LayerPlan& lp : plan_.layers) {

@@ -41,19 +41,25 @@ struct LayerState {
 // position (or an earlier call) wrote, even when several rows of the chunk share a slot.
 struct StateJournal {
   struct Write {
-    int64_t pos;               // position whose row made the write
-    uint8_t* dst;              // into a fixed-size buffer of the state (never reallocated)
-    std::vector<uint8_t> old;  // bytes before the write
+    int64_t pos;    // position whose row made the write
+    uint8_t* dst;   // into a fixed-size buffer of the state (never reallocated)
+    size_t offset;  // the bytes before the write: old[offset, offset + bytes)
+    size_t bytes;
   };
   std::vector<Write> writes;
+  // The replaced bytes of all writes back to back: one buffer whose capacity a speculative loop
+  // keeps from cycle to cycle (a vector per write allocated on every journaled row).
+  std::vector<uint8_t> old;
   int64_t start = -1;        // position of the first journaled call (set by Model::forward)
   int publisher_before = -1; // the index-key publisher before it
   void record(int64_t pos, void* dst, size_t bytes) {
     auto* p = static_cast<uint8_t*>(dst);
-    writes.push_back({pos, p, std::vector<uint8_t>(p, p + bytes)});
+    writes.push_back({pos, p, old.size(), bytes});
+    old.insert(old.end(), p, p + bytes);
   }
   void clear() {
     writes.clear();
+    old.clear();
     start = -1;
     publisher_before = -1;
   }

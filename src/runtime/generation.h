@@ -90,6 +90,7 @@ class Generation {
   const Model& model_;
   SequenceState state_;
   Sampler sampler_;
+  SamplerScratch sampler_scratch_;  // reused by every step: sampling allocates nothing once warm
   ThreadPool* pool_;
   ForwardOptions forward_;
   std::vector<float> logits_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <unordered_map>
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -42,45 +41,69 @@ Sampler::Sampler(const SamplerOptions& o) : opt_(o) {
   }
 }
 
-std::vector<float> Sampler::penalised_logits(const float* logits, int64_t vocab,
-                                             std::span<const int32_t> history) const {
-  std::vector<float> out(logits, logits + vocab);
-  if (!opt_.has_penalties() || history.empty()) return out;
+const float* Sampler::penalised(const float* logits, int64_t vocab, std::span<const int32_t> history,
+                                SamplerScratch& s) const {
+  if (!opt_.has_penalties() || history.empty()) return logits;
+  s.logits.assign(logits, logits + vocab);
   size_t first = 0;
   if (opt_.penalty_last_n > 0 && history.size() > size_t(opt_.penalty_last_n))
     first = history.size() - size_t(opt_.penalty_last_n);
-  std::unordered_map<int32_t, int64_t> counts;
-  for (size_t i = first; i < history.size(); ++i)
-    if (history[i] >= 0 && history[i] < vocab) ++counts[history[i]];
+  // Dense counts (a hash map allocates a node per distinct token); each counted id is penalised
+  // once, and its count reset for the next call.
+  if (s.counts.size() < size_t(vocab)) s.counts.resize(size_t(vocab), 0);
+  s.seen.clear();
+  for (size_t i = first; i < history.size(); ++i) {
+    const int32_t t = history[i];
+    if (t < 0 || t >= vocab) continue;
+    if (s.counts[size_t(t)]++ == 0) s.seen.push_back(t);
+  }
   const float rep = float(opt_.repetition_penalty);
-  for (const auto& [tok, n] : counts) {
-    float& l = out[size_t(tok)];
+  for (const int32_t t : s.seen) {
+    float& l = s.logits[size_t(t)];
+    const int64_t n = s.counts[size_t(t)];
     if (opt_.repetition_penalty != 1.0) l = l > 0 ? l / rep : l * rep;
     l -= float(opt_.presence_penalty) + float(opt_.frequency_penalty * double(n));
+    s.counts[size_t(t)] = 0;
   }
-  return out;
+  return s.logits.data();
+}
+
+std::vector<float> Sampler::penalised_logits(const float* logits, int64_t vocab,
+                                             std::span<const int32_t> history) const {
+  SamplerScratch s;
+  const float* l = penalised(logits, vocab, history, s);
+  return std::vector<float>(l, l + vocab);
 }
 
 std::vector<float> Sampler::distribution(const float* logits, int64_t vocab, std::span<const int32_t> history) const {
-  const std::vector<float> l = penalised_logits(logits, vocab, history);
-  std::vector<float> p(static_cast<size_t>(vocab), 0.f);
-  if (vocab <= 0) return p;
+  SamplerScratch s;
+  std::vector<float> p;
+  distribution_into(p, logits, vocab, history, s);
+  return p;
+}
+
+void Sampler::distribution_into(std::vector<float>& p, const float* logits, int64_t vocab,
+                                std::span<const int32_t> history, SamplerScratch& s) const {
+  p.assign(size_t(std::max<int64_t>(vocab, 0)), 0.f);
+  if (vocab <= 0) return;
+  const float* l = penalised(logits, vocab, history, s);
   if (opt_.greedy()) {
-    p[size_t(argmax_token(l.data(), vocab))] = 1.f;
-    return p;
+    p[size_t(argmax_token(l, vocab))] = 1.f;
+    return;
   }
   const float inv_t = float(1.0 / std::max(opt_.temperature, 1e-5));
   float mx = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, l[size_t(i)] * inv_t);
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, l[i] * inv_t);
   double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += (p[size_t(i)] = std::exp(l[size_t(i)] * inv_t - mx));
+  for (int64_t i = 0; i < vocab; ++i) sum += (p[size_t(i)] = std::exp(l[i] * inv_t - mx));
   for (auto& v : p) v = float(v / sum);
 
   const bool need_order = opt_.top_k > 0 || opt_.top_p < 1.0;
   if (need_order) {
     // Tokens by descending probability, ties by lower id; only as many as the filters can keep.
     auto before = [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b); };
-    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::vector<int32_t>& order = s.order;
+    order.resize(size_t(vocab));
     std::iota(order.begin(), order.end(), 0);
     size_t keep = order.size();
     if (opt_.top_k > 0) keep = std::min(keep, size_t(opt_.top_k));
@@ -98,10 +121,10 @@ std::vector<float> Sampler::distribution(const float* logits, int64_t vocab, std
       }
       sorted = std::min(keep, sorted * 8);
     }
-    std::vector<uint8_t> kept(static_cast<size_t>(vocab), 0);
-    for (size_t i = 0; i < keep; ++i) kept[size_t(order[i])] = 1;
+    s.kept.assign(size_t(vocab), 0);
+    for (size_t i = 0; i < keep; ++i) s.kept[size_t(order[i])] = 1;
     for (int64_t i = 0; i < vocab; ++i)
-      if (!kept[size_t(i)]) p[size_t(i)] = 0.f;
+      if (!s.kept[size_t(i)]) p[size_t(i)] = 0.f;
   }
   if (opt_.min_p > 0) {
     const float top = *std::max_element(p.begin(), p.end());
@@ -112,7 +135,6 @@ std::vector<float> Sampler::distribution(const float* logits, int64_t vocab, std
   double kept_sum = 0;
   for (float v : p) kept_sum += v;
   for (auto& v : p) v = float(v / kept_sum);
-  return p;
 }
 
 namespace {
@@ -147,12 +169,15 @@ double Sampler::uniform(uint64_t step, uint64_t stream) const {
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, uint64_t step, std::span<const int32_t> history) const {
-  if (opt_.greedy()) {
-    if (!opt_.has_penalties() || history.empty()) return argmax_token(logits, vocab);
-    const std::vector<float> l = penalised_logits(logits, vocab, history);
-    return argmax_token(l.data(), vocab);
-  }
-  return draw(distribution(logits, vocab, history), step);
+  SamplerScratch s;
+  return sample(logits, vocab, step, history, s);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, uint64_t step, std::span<const int32_t> history,
+                        SamplerScratch& s) const {
+  if (opt_.greedy()) return argmax_token(penalised(logits, vocab, history, s), vocab);
+  distribution_into(s.probs, logits, vocab, history, s);
+  return draw(s.probs, step);
 }
 
 }  // namespace ds41

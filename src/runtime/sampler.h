@@ -44,6 +44,18 @@ struct SamplerOptions {
 // Every problem with the options, as one message per problem (empty = valid).
 std::vector<std::string> sampler_option_problems(const SamplerOptions& o);
 
+// Buffers the sampler works in. A decode loop keeps one per sequence and passes it to every call,
+// so that once they have grown to the vocabulary no call allocates (issue #10: no heap allocation
+// in steady-state decode, sampling included). Not shared between threads.
+struct SamplerScratch {
+  std::vector<float> logits;    // the penalised copy of the logits
+  std::vector<float> probs;     // sample()'s distribution
+  std::vector<int32_t> order;   // token ids by descending probability (top-k / top-p)
+  std::vector<uint8_t> kept;    // tokens the filters keep
+  std::vector<int32_t> counts;  // occurrences per token id in the penalty window (zero between calls)
+  std::vector<int32_t> seen;    // the ids counted in this call
+};
+
 class Sampler {
  public:
   // Throws ds41::Error naming every invalid option.
@@ -54,10 +66,15 @@ class Sampler {
   // One token for `step` from logits [vocab]. `history` = the sequence so far (prompt and
   // generated ids) for the penalties; may be empty.
   int32_t sample(const float* logits, int64_t vocab, uint64_t step, std::span<const int32_t> history = {}) const;
+  int32_t sample(const float* logits, int64_t vocab, uint64_t step, std::span<const int32_t> history,
+                 SamplerScratch& scratch) const;
 
   // The distribution `sample` draws from (sums to 1; zeros outside the kept set). Greedy gives a
   // one-hot vector at the argmax.
   std::vector<float> distribution(const float* logits, int64_t vocab, std::span<const int32_t> history = {}) const;
+  // The same into `p` (resized to vocab), working in `scratch`.
+  void distribution_into(std::vector<float>& p, const float* logits, int64_t vocab, std::span<const int32_t> history,
+                         SamplerScratch& scratch) const;
 
   // The same distribution under the name speculative decoding uses (runtime/speculative.cpp): the
   // target's rows must be exactly this for rejection sampling to stay lossless.
@@ -76,6 +93,11 @@ class Sampler {
   std::vector<float> penalised_logits(const float* logits, int64_t vocab, std::span<const int32_t> history) const;
 
  private:
+  // The logits the pipeline continues with: `logits` itself when no penalty applies, else the
+  // penalised copy in scratch.logits.
+  const float* penalised(const float* logits, int64_t vocab, std::span<const int32_t> history,
+                         SamplerScratch& scratch) const;
+
   SamplerOptions opt_;
 };
 

@@ -19,17 +19,27 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double weight_sum(const std::vector<float>& w) {
+double weight_sum(std::span<const float> w) {
   double s = 0;
   for (float v : w) s += double(v);
   return s;
 }
 
-// Detaches the verify journal whatever happens (an exception leaves no dangling pointer).
+// Row k of a cycle's distributions. Rows are never dropped, so each keeps its capacity from
+// cycle to cycle; the caller tracks how many are in use.
+std::vector<float>& distribution_row(std::vector<std::vector<float>>& rows, size_t k) {
+  if (rows.size() <= k) rows.resize(k + 1);
+  return rows[k];
+}
+
+// Attaches the verify journal (emptied) and detaches it whatever happens (an exception leaves no
+// dangling pointer).
 struct JournalScope {
   SequenceState& st;
-  StateJournal journal;
-  explicit JournalScope(SequenceState& s) : st(s) { st.journal = &journal; }
+  JournalScope(SequenceState& s, StateJournal& journal) : st(s) {
+    journal.clear();
+    st.journal = &journal;
+  }
   ~JournalScope() { st.journal = nullptr; }
 };
 
@@ -56,6 +66,14 @@ int32_t draw_from_weights(const std::vector<float>& w, double u) {
 
 SampledAcceptance accept_sampled(const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
                                  const std::vector<std::vector<float>>& p, uint64_t seed, uint64_t key) {
+  std::vector<float> residual;
+  return accept_sampled(std::span<const int32_t>(drafts), std::span<const std::vector<float>>(q),
+                        std::span<const std::vector<float>>(p), seed, key, residual);
+}
+
+SampledAcceptance accept_sampled(std::span<const int32_t> drafts, std::span<const std::vector<float>> q,
+                                 std::span<const std::vector<float>> p, uint64_t seed, uint64_t key,
+                                 std::vector<float>& residual) {
   const size_t gamma = drafts.size();
   if (q.size() != gamma || p.size() != gamma + 1)
     throw Error("speculative sampling: need one draft distribution per draft and one target distribution more");
@@ -66,7 +84,7 @@ SampledAcceptance accept_sampled(const std::vector<int32_t>& drafts, const std::
     // Accept with probability min(1, p/q): u < p/q for u uniform in [0, 1).
     if (speculative_uniform(seed, key, k, kAccept) * qd < pd) continue;
     // Rejected: the next token comes from the residual max(p - q, 0), renormalised.
-    std::vector<float> residual(p[k].size());
+    residual.resize(p[k].size());
     for (size_t i = 0; i < residual.size(); ++i)
       residual[i] = float(std::max(0.0, double(p[k][i]) / sp - double(q[k][i]) / sq));
     const double u = speculative_uniform(seed, key, k, kResidual);
@@ -119,12 +137,20 @@ std::vector<float> SpeculativeDecoder::prefill(const std::vector<int32_t>& token
 }
 
 std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, std::vector<float>* logits_out) {
+  std::vector<int32_t> out;
+  step_into(out, pending, max_new, logits_out);
+  return out;
+}
+
+void SpeculativeDecoder::step_into(std::vector<int32_t>& out, int32_t pending, int64_t max_new,
+                                   std::vector<float>* logits_out) {
   const ModelConfig& c = model_.config();
   if (max_new < 1) throw Error("speculative step: max_new must be >= 1");
+  out.clear();
   const int64_t n = st_.pos;
   // Emitted tokens take positions n+1, n+2, ...: like plain decoding, never beyond max_seq_len - 1.
   max_new = std::min(max_new, c.max_seq_len - 1 - n);
-  if (max_new < 1) return {};
+  if (max_new < 1) return;
   const bool greedy = opt_.sampling.temperature <= 0;
   // Draws are keyed by the cycle's first position (n + 1, where the first draft goes), as plain
   // sampling keys a draw by its position: cycles start at increasing positions, so no two share
@@ -134,9 +160,10 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
   // the consumed tokens, the pending token and d_1..d_k.
   // (Greedy decoding with penalties takes the argmax of the penalised logits.)
   const bool penalised = opt_.sampling.has_penalties();
-  std::vector<int32_t> history;
+  std::vector<int32_t>& history = history_;
+  history.clear();
   if (penalised) {
-    history = st_.token_history;
+    history.assign(st_.token_history.begin(), st_.token_history.end());
     history.push_back(pending);
   }
   const size_t history_base = history.size();
@@ -145,32 +172,42 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
   int gamma = int(std::min<int64_t>(draft_tokens_, max_new - 1));
 
   // 1. Draft.
-  std::vector<int32_t> drafts;
-  std::vector<std::vector<float>> q;
+  std::vector<int32_t>& drafts = drafts_;
+  drafts.clear();
+  size_t q_rows = 0;
   if (gamma > 0) {
     const auto t0 = std::chrono::steady_clock::now();
+    // The picker captures two pointers, which std::function stores without allocating.
+    struct Cycle {
+      decltype(history_upto)& history;
+      uint64_t key;
+      bool penalised;
+      size_t& q_rows;
+    } cycle{history_upto, key, penalised, q_rows};
     DraftPicker pick;
     if (!greedy)
-      pick = [&](int k, const float* logits, int64_t vocab) {
-        q.push_back(sampler_.probabilities(logits, vocab, history_upto(k)));
-        const int32_t d = draw_from_weights(q.back(), speculative_uniform(opt_.sampling.seed, key, uint64_t(k), kDrawDraft));
-        if (penalised) history.push_back(d);
+      pick = [this, &cycle](int k, const float* logits, int64_t vocab) {
+        std::vector<float>& q = distribution_row(q_, size_t(k));
+        sampler_.distribution_into(q, logits, vocab, cycle.history(k), sampler_scratch_);
+        cycle.q_rows = size_t(k) + 1;
+        const int32_t d = draw_from_weights(q, speculative_uniform(opt_.sampling.seed, cycle.key, uint64_t(k), kDrawDraft));
+        if (cycle.penalised) history_.push_back(d);
         return d;
       };
-    DSparkDraft d = model_.dspark_draft(st_, pending, gamma, pick, pool_);
-    drafts = d.drafts;
+    model_.dspark_draft_into(draft_, st_, pending, gamma, pick, pool_);
+    drafts.assign(draft_.drafts.begin(), draft_.drafts.end());
     if (opt_.confidence_threshold > 0) {
       // sigmoid(c_k) estimates P(d_k accepted | d_1..d_k-1 accepted): keep the prefix whose
       // survival probability stays above the threshold. Cutting never changes the output.
       double survival = 1;
       size_t keep = 0;
       while (keep < drafts.size()) {
-        survival *= 1.0 / (1.0 + std::exp(-double(d.confidence[keep])));
+        survival *= 1.0 / (1.0 + std::exp(-double(draft_.confidence[keep])));
         if (survival < opt_.confidence_threshold) break;
         ++keep;
       }
       drafts.resize(keep);
-      if (!greedy) q.resize(keep);
+      if (!greedy) q_rows = keep;
     }
     stats_.draft_s += seconds_since(t0);
   }
@@ -187,56 +224,55 @@ std::vector<int32_t> SpeculativeDecoder::step(int32_t pending, int64_t max_new, 
 
   // 2. Verify: one target call over [pending, d1..dγ], journaled so it can be cut back.
   const auto t1 = std::chrono::steady_clock::now();
-  std::vector<uint16_t> main_hidden;
-  std::vector<float> logits;
-  {
-    JournalScope scope(st_);
-    ForwardOptions fo = opt_.forward;
-    fo.all_logits = true;
-    fo.main_hidden_out = &main_hidden;
-    fo.prefill = PrefillMode::Full;  // a verify call is a short decode chunk, never a CED prefill
-    std::vector<int32_t> tokens{pending};
-    tokens.insert(tokens.end(), drafts.begin(), drafts.end());
-    logits = model_.forward(st_, tokens, fo, pool_);
-    stats_.verify_s += seconds_since(t1);
+  std::vector<float>& logits = logits_;
+  JournalScope scope(st_, journal_);
+  ForwardOptions fo = opt_.forward;
+  fo.all_logits = true;
+  fo.main_hidden_out = &main_hidden_;
+  fo.prefill = PrefillMode::Full;  // a verify call is a short decode chunk, never a CED prefill
+  verify_tokens_.assign(1, pending);
+  verify_tokens_.insert(verify_tokens_.end(), drafts.begin(), drafts.end());
+  model_.forward_into(logits, st_, verify_tokens_, fo, pool_);
+  stats_.verify_s += seconds_since(t1);
 
-    // 3. Accept.
-    const int64_t V = c.vocab_size;
-    int accepted = 0;
-    int32_t next = 0;
-    if (greedy) {
-      // The token plain greedy decoding picks after row k (penalised argmax when penalties are set).
-      auto target = [&](int k) {
-        return penalised ? sampler_.sample(logits.data() + k * V, V, 0, history_upto(k)) : argmax_token(logits.data() + k * V, V);
-      };
-      while (accepted < gamma && drafts[size_t(accepted)] == target(accepted)) ++accepted;
-      next = target(accepted);
-    } else {
-      std::vector<std::vector<float>> p;
-      for (int k = 0; k <= gamma; ++k) p.push_back(sampler_.probabilities(logits.data() + k * V, V, history_upto(k)));
-      const SampledAcceptance a = accept_sampled(drafts, q, p, opt_.sampling.seed, key);
-      accepted = a.accepted;
-      next = a.next;
-    }
-    std::vector<int32_t> out(drafts.begin(), drafts.begin() + accepted);
-    out.push_back(next);
-    auto eos = std::find(out.begin(), out.end(), int32_t(c.eos_token_id));
-    if (eos != out.end()) out.erase(eos + 1, out.end());
-    if (logits_out) logits_out->assign(logits.begin(), logits.begin() + long(out.size()) * V);
-
-    // 4. Commit: the pending token and every emitted token but the last are now consumed.
-    const auto t2 = std::chrono::steady_clock::now();
-    const int64_t keep = n + int64_t(out.size());
-    model_.rollback(st_, keep);
-    model_.dspark_commit(st_, main_hidden.data(), keep - n, pool_);
-    stats_.commit_s += seconds_since(t2);
-
-    ++stats_.cycles;
-    stats_.drafted += gamma;
-    stats_.accepted += accepted;
-    stats_.emitted += int64_t(out.size());
-    return out;
+  // 3. Accept.
+  const int64_t V = c.vocab_size;
+  int accepted = 0;
+  int32_t next = 0;
+  if (greedy) {
+    // The token plain greedy decoding picks after row k (penalised argmax when penalties are set).
+    auto target = [&](int k) {
+      return penalised ? sampler_.sample(logits.data() + k * V, V, 0, history_upto(k), sampler_scratch_)
+                       : argmax_token(logits.data() + k * V, V);
+    };
+    while (accepted < gamma && drafts[size_t(accepted)] == target(accepted)) ++accepted;
+    next = target(accepted);
+  } else {
+    for (int k = 0; k <= gamma; ++k)
+      sampler_.distribution_into(distribution_row(p_, size_t(k)), logits.data() + k * V, V, history_upto(k), sampler_scratch_);
+    const SampledAcceptance a =
+        accept_sampled(std::span<const int32_t>(drafts), std::span<const std::vector<float>>(q_.data(), q_rows),
+                       std::span<const std::vector<float>>(p_.data(), size_t(gamma) + 1), opt_.sampling.seed, key, residual_);
+    accepted = a.accepted;
+    next = a.next;
   }
+  out.assign(drafts.begin(), drafts.begin() + accepted);
+  out.push_back(next);
+  auto eos = std::find(out.begin(), out.end(), int32_t(c.eos_token_id));
+  if (eos != out.end()) out.erase(eos + 1, out.end());
+  if (logits_out) logits_out->assign(logits.begin(), logits.begin() + long(out.size()) * V);
+
+  // 4. Commit: the pending token and every emitted token but the last are now consumed.
+  const auto t2 = std::chrono::steady_clock::now();
+  const int64_t keep = n + int64_t(out.size());
+  model_.rollback(st_, keep);
+  model_.dspark_commit(st_, main_hidden_.data(), keep - n, pool_);
+  stats_.commit_s += seconds_since(t2);
+
+  ++stats_.cycles;
+  stats_.drafted += gamma;
+  stats_.accepted += accepted;
+  stats_.emitted += int64_t(out.size());
 }
 
 }  // namespace ds41

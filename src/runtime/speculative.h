@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "model/model.h"
@@ -70,6 +71,10 @@ struct SampledAcceptance {
 };
 SampledAcceptance accept_sampled(const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
                                  const std::vector<std::vector<float>>& p, uint64_t seed, uint64_t key);
+// The same over views, with the residual built in `residual` (a speculative loop's buffer).
+SampledAcceptance accept_sampled(std::span<const int32_t> drafts, std::span<const std::vector<float>> q,
+                                 std::span<const std::vector<float>> p, uint64_t seed, uint64_t key,
+                                 std::vector<float>& residual);
 
 class SpeculativeDecoder {
  public:
@@ -88,6 +93,10 @@ class SpeculativeDecoder {
   // (optional) receives the target's logits each emitted token was chosen from, [n][vocab]:
   // the rows plain decoding would have computed.
   std::vector<int32_t> step(int32_t pending, int64_t max_new, std::vector<float>* logits_out = nullptr);
+  // The same into `out`. With the sequence reserved for its length (reserve_sequence) and `out`
+  // and `logits_out` kept by the caller, a cycle allocates nothing once the first cycles have
+  // sized the buffers (issue #10).
+  void step_into(std::vector<int32_t>& out, int32_t pending, int64_t max_new, std::vector<float>* logits_out = nullptr);
 
   const SpeculativeStats& stats() const { return stats_; }
 
@@ -99,6 +108,17 @@ class SpeculativeDecoder {
   Sampler sampler_;
   SpeculativeStats stats_;
   int draft_tokens_ = 0;
+  // A cycle's buffers, kept from cycle to cycle.
+  SamplerScratch sampler_scratch_;
+  std::vector<int32_t> history_;             // penalties: the sequence, pending, the chain's drafts
+  DSparkDraft draft_;
+  std::vector<int32_t> drafts_;              // the drafts verified (cut or overridden)
+  std::vector<std::vector<float>> q_, p_;    // sampling: draft and target distributions (first rows used)
+  std::vector<float> residual_;
+  std::vector<int32_t> verify_tokens_;
+  std::vector<uint16_t> main_hidden_;
+  std::vector<float> logits_;
+  StateJournal journal_;
 };
 
 }  // namespace ds41

@@ -55,6 +55,7 @@ struct Engine::Slot {
   std::vector<float> spec_logits;
   std::optional<int32_t> spec_pending;
   std::deque<int32_t> spec_out;
+  std::vector<int32_t> spec_cycle;  // the last cycle's tokens (kept: a cycle allocates nothing)
   InputEmbeddings inputs;  // token types and span rows of an image prompt (empty: text only)
   size_t fed = 0;  // prompt tokens fed so far (cached prefix included)
   size_t forced_at = 0;    // ids of req.forced emitted so far
@@ -269,7 +270,8 @@ bool Engine::step(Slot& s) {
         s.spec_out.push_back(Sampler(s.req.sampling).sample(s.spec_logits.data(), model_.config().vocab_size, uint64_t(st.pos),
                                                             st.token_history));
       } else {
-        const std::vector<int32_t> out = s.spec->step(*s.spec_pending, s.req.max_tokens - s.generated);
+        std::vector<int32_t>& out = s.spec_cycle;
+        s.spec->step_into(out, *s.spec_pending, s.req.max_tokens - s.generated);
         if (out.empty()) return finish(FinishReason::ContextFull);
         s.spec_out.insert(s.spec_out.end(), out.begin(), out.end());
       }

@@ -2,7 +2,9 @@
 // the planned length (reserve_sequence) and a few steps run to size the per-thread scratch
 // buffers, further decode steps of the tiny model (Engram, compressors, indexers, candidate pool,
 // MoE: every path of the forward pass) call operator new zero times, on the calling thread and
-// on the thread pool's workers, at the scalar kernel level and at the best SIMD level.
+// on the thread pool's workers, at the scalar kernel level and at the best SIMD level. The same
+// holds for the loops around it: sampling with every filter and penalty (Generation), and
+// speculative cycles (draft, journaled verify, acceptance, rollback, draft-ring commit).
 //
 // This binary replaces the global operator new/delete with counting forwarders to malloc/free
 // (only while `g_counting` is set do they count); it is not built with sanitizers (label slow).
@@ -15,6 +17,8 @@
 
 #include "base/thread_pool.h"
 #include "kernels/simd_level.h"
+#include "runtime/generation.h"
+#include "runtime/speculative.h"
 #include "../tiny_model.h"
 
 namespace {
@@ -91,6 +95,104 @@ TEST(DecodeAllocations, SteadyStateDecodeAllocatesNothing) {
   }
 }
 
+std::vector<int32_t> counting_prompt(int n) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) p[size_t(i)] = int32_t(7 * i + 3);
+  return p;
+}
+
+// The generation loop as `ds41 run` and the server drive it, sampling included: every filter and
+// penalty on (their buffers live in the Generation's SamplerScratch once warm).
+TEST(DecodeAllocations, SampledGenerationAllocatesNothing) {
+  auto model = Model::load(test::tiny_model_dir(true));
+  ThreadPool pool(2);
+  SamplerOptions so;
+  so.temperature = 0.8;
+  so.top_k = 40;
+  so.top_p = 0.9;
+  so.min_p = 0.01;
+  so.repetition_penalty = 1.1;
+  so.presence_penalty = 0.2;
+  so.frequency_penalty = 0.1;
+  so.seed = 5;
+  SequenceState st = model->new_sequence();
+  reserve_sequence(st, model->config(), model->plan(), 200);
+  Generation g(*model, std::move(st), Sampler(so), &pool);
+  g.feed(counting_prompt(100));
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(g.next_token());
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < 16; ++i) g.next_token();
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+}
+
+// Speculative cycles (draft, journaled verify, accept, rollback, ring commit) with drafts forced
+// to be right for 0..γ tokens in turn, so that every acceptance count and rollback length occurs
+// while counting (each also once in the warm-up), and with sampled verification (penalties and
+// filters on, drafts from the drafter).
+TEST(DecodeAllocations, SpeculativeCyclesAllocateNothing) {
+  auto model = Model::load(test::tiny_model_dir(true));
+  ASSERT_TRUE(model->has_dspark());
+  ThreadPool pool(2);
+  const std::vector<int32_t> prompt = counting_prompt(100);
+  const int gamma = int(model->config().dspark_block_size);
+  const int warmup = gamma + 2, measured = 2 * (gamma + 1);
+
+  // Plain greedy decoding gives the right drafts: sequence[p] = the token at position p.
+  std::vector<int32_t> sequence = prompt;
+  {
+    SequenceState st = model->new_sequence();
+    Generation plain(*model, std::move(st), Sampler(SamplerOptions{}), &pool);
+    plain.feed(prompt);
+    for (int i = 0; i < (warmup + measured) * (gamma + 1) + 2; ++i) sequence.push_back(*plain.next_token());
+  }
+
+  for (const bool sampled : {false, true}) {
+    SpeculativeOptions opt;
+    int cycle = 0;
+    if (sampled) {
+      opt.sampling.temperature = 0.8;
+      opt.sampling.top_k = 40;
+      opt.sampling.top_p = 0.9;
+      opt.sampling.repetition_penalty = 1.1;
+      opt.sampling.seed = 3;
+    } else {
+      opt.override_drafts = [&](int64_t pos, std::vector<int32_t>& drafts) {
+        const int right = cycle++ % (gamma + 1);
+        for (size_t i = 0; i < drafts.size(); ++i) {
+          const int32_t truth = sequence[size_t(pos) + i];
+          drafts[i] = int(i) < right ? truth : (truth + 1) % 1000;
+        }
+      };
+    }
+    SequenceState st = model->new_sequence();
+    reserve_sequence(st, model->config(), model->plan(), int64_t(sequence.size()) + 16);
+    SpeculativeDecoder dec(*model, st, opt, &pool);
+    const std::vector<float> first = dec.prefill(prompt);
+    int32_t tok = argmax_token(first.data(), model->config().vocab_size);
+    std::vector<int32_t> out;
+    std::vector<float> rows;
+    auto run = [&](int cycles) {
+      for (int i = 0; i < cycles; ++i) {
+        dec.step_into(out, tok, 64, &rows);
+        ASSERT_FALSE(out.empty());
+        tok = out.back();
+      }
+    };
+    run(warmup);
+    const int64_t accepted_before = dec.stats().accepted;
+    g_allocations = 0;
+    g_counting = true;
+    run(measured);
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0) << (sampled ? "sampled" : "greedy, forced drafts");
+    if (!sampled) {  // each acceptance count 0..γ twice
+      EXPECT_EQ(dec.stats().accepted - accepted_before, int64_t(gamma * (gamma + 1)));
+    }
+  }
+}
+
 // The counter does count: an ordinary forward() returns a fresh logits vector.
 TEST(DecodeAllocations, CounterSeesAllocations) {
   auto model = Model::load(test::tiny_model_dir(true));
@@ -105,3 +207,4 @@ TEST(DecodeAllocations, CounterSeesAllocations) {
 
 }  // namespace
 }  // namespace ds41
+
