@@ -99,10 +99,12 @@ struct Generator {
       case TensorRole::Fp8Weight: {
         const int64_t K = cols, kb_count = (K + 31) / 32;
         for (int64_t r = r0; r < r1; ++r)
-          for (int64_t k = 0; k < K; ++k) {
-            float sc = block_scale(key, uint64_t((r / 32) * kb_count + k / 32), law.std, 448.0);
-            float v = float(law.std * random_normal(key, uint64_t(r * K + k)));
-            dst[(r - r0) * K + k] = f32_to_e4m3(v / sc);
+          for (int64_t k0 = 0; k0 < K; k0 += 32) {  // one scale per 32 x 32 block, computed once
+            const float sc = block_scale(key, uint64_t((r / 32) * kb_count + k0 / 32), law.std, 448.0);
+            for (int64_t k = k0; k < std::min(K, k0 + 32); ++k) {
+              const float v = float(law.std * random_normal(key, uint64_t(r * K + k)));
+              dst[(r - r0) * K + k] = f32_to_e4m3(v / sc);
+            }
           }
         break;
       }
@@ -127,14 +129,16 @@ struct Generator {
       case TensorRole::Fp4Weight: {
         const int64_t K = cols * 2, kb_count = K / 32;
         for (int64_t r = r0; r < r1; ++r)
-          for (int64_t k = 0; k < K; k += 2) {
-            uint8_t pair = 0;
-            for (int t = 0; t < 2; ++t) {
-              float sc = block_scale(key, uint64_t(r * kb_count + (k + t) / 32), law.std, 6.0);
-              float v = float(law.std * random_normal(key, uint64_t(r * K + k + t)));
-              pair |= uint8_t(f32_to_e2m1(v / sc) << (4 * t));  // low nibble = even element
+          for (int64_t k0 = 0; k0 < K; k0 += 32) {  // one scale per 1 x 32 block, computed once
+            const float sc = block_scale(key, uint64_t(r * kb_count + k0 / 32), law.std, 6.0);
+            for (int64_t k = k0; k < std::min(K, k0 + 32); k += 2) {
+              uint8_t pair = 0;
+              for (int t = 0; t < 2; ++t) {
+                const float v = float(law.std * random_normal(key, uint64_t(r * K + k + t)));
+                pair |= uint8_t(f32_to_e2m1(v / sc) << (4 * t));  // low nibble = even element
+              }
+              dst[(r - r0) * cols + k / 2] = pair;
             }
-            dst[(r - r0) * cols + k / 2] = pair;
           }
         break;
       }
