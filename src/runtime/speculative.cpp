@@ -111,6 +111,9 @@ SpeculativeDecoder::SpeculativeDecoder(const Model& model, SequenceState& state,
                 " but the sequence is at " + std::to_string(state.pos));
   if (opt.override_drafts && opt.sampling.temperature > 0)
     throw Error("speculative decoding: drafts can only be overridden with greedy verification");
+  // Penalties copy the sequence into the cycle's history: room for the planned length up front.
+  if (opt.sampling.has_penalties())
+    history_.reserve(size_t(std::max<int64_t>(state.reserved_tokens, state.pos)) + size_t(c.dspark_block_size) + 1);
 }
 
 std::vector<float> SpeculativeDecoder::prefill(const std::vector<int32_t>& tokens, int64_t chunk,
