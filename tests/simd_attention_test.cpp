@@ -64,7 +64,7 @@ TEST(SimdAttention, SparseAttentionMatchesTwinBitForBit) {
   std::mt19937 rng(11);
   const AttnCase cases[] = {{1, 32, 1, 1.0f},  {3, 7, 5, 1.0f},   {4, 64, 63, 1.0f},  {8, 512, 64, 0.5f},
                             {8, 512, 65, 4.0f}, {5, 100, 200, 1.0f}, {13, 33, 130, 2.0f}, {2, 16, 0, 1.0f},
-                            {8, 512, 256, 1.0f}};
+                            {8, 512, 256, 1.0f}, {4, 513, 20, 1.0f}, {9, 1024, 40, 1.0f}};  // rows past 512: run-time stride
   for (const AttnCase& c : cases) {
     const std::vector<uint16_t> q = random_bf16(rng, c.H * c.Dh, c.sigma);
     const std::vector<uint16_t> kv = random_bf16(rng, int64_t(c.n) * c.Dh, c.sigma);
