@@ -499,8 +499,12 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     N = jobs[j].fp8 ? jobs[j].fp8->N : jobs[j].fp4->N;
     K = jobs[j].fp8 ? jobs[j].fp8->K : jobs[j].fp4->K;
   };
-  auto fp8_digits = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M == 1 && kt.prepare_fp8_digits; };
-  auto fp8_wide = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M > 1; };
+  // Up to simd::kDecodeRowsMax rows, the VBMI decode kernel runs row by row (faster than the
+  // prefill tiles until their weight decode is shared by enough rows).
+  auto fp8_digits = [&](const QuantizedLinearJob& job) {
+    return job.fp8 && job.M <= simd::kDecodeRowsMax && kt.prepare_fp8_digits;
+  };
+  auto fp8_wide = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M > 1 && !fp8_digits(job); };
   if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
   // Sizes, and which jobs share a preparation.
   int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, f64_n = 0, work = 0, prep_work = 0;
@@ -525,7 +529,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     special_n += job.M;
     f1_n += job.fp8 ? job.M * K : job.M * (K / kBlock);  // values | raw scales
     f2_n += job.M * (K / kBlock);                        // scales
-    i8_n += job.fp8 ? (fp8_digits(job) ? 3 * K : 0) : job.M * 3 * K;
+    i8_n += job.fp8 ? (fp8_digits(job) ? job.M * 3 * K : 0) : job.M * 3 * K;
     i32_n += job.fp8 ? 0 : job.M * (K / kBlock);
     f64_n += fp8_wide(job) ? job.M * K : 0;
   }
@@ -548,7 +552,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     p = Prepared{codes, special, f1, f2, i8, i32, fp8_wide(job) ? f64 : nullptr, K, fp8_digits(job), -1};
     if (job.fp8) {
       f1 += job.M * K;
-      i8 += p.digits ? 3 * K : 0;
+      i8 += p.digits ? job.M * 3 * K : 0;
       f64 += p.f64 ? job.M * K : 0;
     } else {
       f1 += job.M * KB;
@@ -579,7 +583,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                                         p.i32 + r * KB, p.f2 + r * KB, p.special + r);
                  }
                });
-  // Digit planes of the lone-row FP8 jobs; shared preparations copied; the tiles.
+  // Digit planes of the few-row FP8 jobs; shared preparations copied; the tiles.
   tiles.clear();
   const int64_t threads = pool_for_work(pool, work) ? pool->size() : 1;
   for (int j = 0; j < count; ++j) {
@@ -589,14 +593,14 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
       p = prepared[size_t(shares)];
       p.shares = shares;
     } else if (p.digits) {
-      kt.prepare_fp8_digits(p.codes, p.K, p.i8);
+      for (int64_t r = 0; r < jobs[j].M; ++r) kt.prepare_fp8_digits(p.codes + r * p.K, p.K, p.i8 + r * 3 * p.K);
     }
     int64_t N, K;
     dims(j, N, K);
     if (jobs[j].M == 0) continue;
-    // Several rows: tiles of a multiple of 32 outputs, so the 32-wide AVX-512 FP8 register tile
-    // is never cut short inside a tile.
-    const int64_t col_tile = simd_col_tile(N, threads, jobs[j].M > 1 ? 32 : 16);
+    // Prefill tiles: a multiple of 32 outputs, so the 32-wide AVX-512 FP8 register tile is never
+    // cut short inside a tile.
+    const int64_t col_tile = simd_col_tile(N, threads, jobs[j].M > 1 && !p.digits ? 32 : 16);
     for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
   }
   const Tile* tile_list = tiles.data();

@@ -13,6 +13,11 @@
 namespace ds41::simd {
 
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
+// Activation rows up to which the one-row decode kernels run row by row (FP8 at the avx512vbmi
+// level, FP4 everywhere): batched decoding and speculative verification run 2-5 rows, where the
+// prefill tiles, which decode a weight tile once for many rows, were 2-3x slower (measured).
+constexpr int64_t kDecodeRowsMax = 4;
+
 struct Fp8Activations {
   // E4M3 activation values as fp32 (the kernels decode weights as w * 2^-8; products are exact).
   const float* values;     // [rows][K]
@@ -20,13 +25,19 @@ struct Fp8Activations {
   const uint8_t* codes;    // [rows][K] the E4M3 codes (for the scalar fallback)
   const uint8_t* special;  // [rows] 1 = the row holds a NaN code or a non-finite scale
   int64_t K;
-  // Decode kernels of the avx512vbmi level only (M = 1): the values times 2^9 as integers a9 split
-  // into int8 planes [3][K], a9 = c0 + 2^7 c1 + 2^14 c2 with c0, c1 in [0, 127], c2 in [-14, 14]
-  // (prepare_fp8_digits); nullptr elsewhere.
+  // Decode kernels of the avx512vbmi level only (M <= kDecodeRowsMax): the values times 2^9 as
+  // integers a9 split into int8 planes [rows][3][K], a9 = c0 + 2^7 c1 + 2^14 c2 with c0, c1 in
+  // [0, 127], c2 in [-14, 14] (prepare_fp8_digits); nullptr elsewhere.
   const int8_t* digits = nullptr;
   // Several rows (prefill): the values times 2^8 as doubles, [rows][K] (the FMA operands of the
   // prefill tiles, widened once per call instead of once per tile); nullptr when rows = 1.
   const double* wide = nullptr;
+  // Row r alone (for the one-row kernels).
+  Fp8Activations row(int64_t r) const {
+    const int64_t KB = K / 32;
+    return {values + r * K, scales + r * KB, codes + r * K, special + r, K, digits ? digits + r * 3 * K : nullptr,
+            wide ? wide + r * K : nullptr};
+  }
 };
 
 // Activations of an FP4-weight GEMM, prepared for 8-bit integer dot products: each E4M3 value
@@ -42,6 +53,11 @@ struct Fp4Activations {
   const float* raw_scales; // [rows][K/32] act_quant scales (for the scalar fallback)
   const uint8_t* special;  // [rows]
   int64_t K;
+  // Row r alone (for the one-row kernels).
+  Fp4Activations row(int64_t r) const {
+    const int64_t KB = K / 32;
+    return {chunks + r * KB * 96, offsets + r * KB, scales + r * KB, codes + r * K, raw_scales + r * KB, special + r, K};
+  }
 };
 
 // Where a dense kernel writes y[m, n] (one of the two is set).
