@@ -499,12 +499,13 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     N = jobs[j].fp8 ? jobs[j].fp8->N : jobs[j].fp4->N;
     K = jobs[j].fp8 ? jobs[j].fp8->K : jobs[j].fp4->K;
   };
-  // Up to simd::kDecodeRowsMax rows, the VBMI decode kernel runs row by row (faster than the
-  // prefill tiles until their weight decode is shared by enough rows).
+  // Up to simd::kDecodeRowsMax rows the decode kernels run row by row (faster than the prefill
+  // tiles until their weight decode is shared by enough rows): digit planes at the VBMI level,
+  // the widened values for the tiles only beyond that.
   auto fp8_digits = [&](const QuantizedLinearJob& job) {
     return job.fp8 && job.M <= simd::kDecodeRowsMax && kt.prepare_fp8_digits;
   };
-  auto fp8_wide = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M > 1 && !fp8_digits(job); };
+  auto fp8_wide = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M > simd::kDecodeRowsMax; };
   if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
   // Sizes, and which jobs share a preparation.
   int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, f64_n = 0, work = 0, prep_work = 0;
@@ -600,7 +601,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     if (jobs[j].M == 0) continue;
     // Prefill tiles: a multiple of 32 outputs, so the 32-wide AVX-512 FP8 register tile is never
     // cut short inside a tile.
-    const int64_t col_tile = simd_col_tile(N, threads, jobs[j].M > 1 && !p.digits ? 32 : 16);
+    const int64_t col_tile = simd_col_tile(N, threads, jobs[j].M > simd::kDecodeRowsMax ? 32 : 16);
     for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
   }
   const Tile* tile_list = tiles.data();

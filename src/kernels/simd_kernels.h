@@ -13,9 +13,10 @@
 namespace ds41::simd {
 
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
-// Activation rows up to which the one-row decode kernels run row by row (FP8 at the avx512vbmi
-// level, FP4 everywhere): batched decoding and speculative verification run 2-5 rows, where the
-// prefill tiles, which decode a weight tile once for many rows, were 2-3x slower (measured).
+// Activation rows up to which the one-row decode kernels run row by row (FP8; FP4 below 4 rows,
+// where its prefill tile takes over): batched decoding and speculative verification run 2-6
+// rows, where the prefill tiles, which decode a weight tile once for many rows, were up to 2x
+// slower (measured).
 constexpr int64_t kDecodeRowsMax = 4;
 
 struct Fp8Activations {
@@ -30,7 +31,8 @@ struct Fp8Activations {
   // [0, 127], c2 in [-14, 14] (prepare_fp8_digits); nullptr elsewhere.
   const int8_t* digits = nullptr;
   // Several rows (prefill): the values times 2^8 as doubles, [rows][K] (the FMA operands of the
-  // prefill tiles, widened once per call instead of once per tile); nullptr when rows = 1.
+  // prefill tiles, widened once per call instead of once per tile); nullptr up to
+  // kDecodeRowsMax rows.
   const double* wide = nullptr;
   // Row r alone (for the one-row kernels).
   Fp8Activations row(int64_t r) const {
