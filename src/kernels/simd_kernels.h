@@ -58,7 +58,7 @@ struct Fp4Activations {
   // Row r alone (for the one-row kernels).
   Fp4Activations row(int64_t r) const {
     const int64_t KB = K / 32;
-    return {chunks + r * KB * 96, offsets + r * KB, scales + r * KB, codes + r * K, raw_scales + r * KB, special + r, K};
+    return {chunks + r * KB * 3 * 32, offsets + r * KB, scales + r * KB, codes + r * K, raw_scales + r * KB, special + r, K};
   }
 };
 
