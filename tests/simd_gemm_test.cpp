@@ -252,32 +252,38 @@ TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(3);
   // N = 41: the prefill tiles hold 32 (AVX-512) or 8 (AVX2) outputs, read 16 or 8 rows per gather.
-  const int64_t M = 4, N = 41, K = 96;
-  std::vector<uint16_t> x = random_bf16(M * K, rng);
-  x[size_t(K + 5)] = 0x7fc1;  // NaN in activation row 1
-  std::vector<uint8_t> w8 = random_e4m3(N * K, rng), w4 = random_bytes(N * K / 2, rng);
-  w8[size_t(3 * K + 40)] = 0xFF;   // NaN codes in weight rows 3, 21 (second gather of a tile) and 38
-  w8[size_t(21 * K + 95)] = 0x7F;  // (second tile), at the first, middle and last positions of a
-  w8[size_t(38 * K + 0)] = 0xFF;   // 4-position group
-  std::vector<uint8_t> s8 = random_scales(2 * 3, rng), s4 = random_scales(N * 3, rng);
-  s4[size_t(5 * 3 + 1)] = 0xFF;  // NaN scale of FP4 row 5
-  const Fp8Matrix W8{w8.data(), s8.data(), N, K};
-  const Fp4Matrix W4{w4.data(), s4.data(), N, K};
-  std::vector<uint16_t> twin(size_t(M * N)), fast(size_t(M * N));
-  for (SimdLevel l : levels) {
-    ScopedSimdLevel level(l);
-    for (int64_t rows : {int64_t{1}, int64_t{2}, M}) {
-      linear_fp8_reference(x.data(), rows, W8, twin.data());
-      linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
-      EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp8 " << rows;
-      linear_fp4_reference(x.data(), rows, W4, twin.data());
-      linear_fp4(x.data(), rows, W4, fast.data(), nullptr);
-      EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp4 " << rows;
-    }
-    for (int64_t rows : {int64_t{1}, M}) {
-      linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
-      for (int64_t n = 0; n < N; ++n)
-        EXPECT_EQ(std::isnan(bf16_to_f32(fast[size_t(n)])), n == 3 || n == 21 || n == 38) << n << " rows " << rows;
+  // K = 96 is one partial 8-block step of the decode kernels; K = 352 a whole step and a partial
+  // one, so the NaN codes at positions 0 and 40 lie in the whole step.
+  for (const int64_t K : {int64_t{96}, int64_t{352}}) {
+    const int64_t M = 4, N = 41, KB = K / 32;
+    std::vector<uint16_t> x = random_bf16(M * K, rng);
+    x[size_t(K + 5)] = 0x7fc1;  // NaN in activation row 1
+    std::vector<uint8_t> w8 = random_e4m3(N * K, rng), w4 = random_bytes(N * K / 2, rng);
+    w8[size_t(3 * K + 40)] = 0xFF;      // NaN codes in weight rows 3, 21 (second gather of a tile)
+    w8[size_t(21 * K + K - 1)] = 0x7F;  // and 38 (second tile), at the first, middle and last
+    w8[size_t(38 * K + 0)] = 0xFF;      // positions of a 4-position group
+    std::vector<uint8_t> s8 = random_scales(2 * KB, rng), s4 = random_scales(N * KB, rng);
+    s4[size_t(5 * KB + 1)] = 0xFF;  // NaN scale of FP4 row 5
+    const Fp8Matrix W8{w8.data(), s8.data(), N, K};
+    const Fp4Matrix W4{w4.data(), s4.data(), N, K};
+    std::vector<uint16_t> twin(size_t(M * N)), fast(size_t(M * N));
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      for (int64_t rows : {int64_t{1}, int64_t{2}, M}) {
+        linear_fp8_reference(x.data(), rows, W8, twin.data());
+        linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
+        EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 2), 0)
+            << simd_level_name(l) << " fp8 " << rows << " K " << K;
+        linear_fp4_reference(x.data(), rows, W4, twin.data());
+        linear_fp4(x.data(), rows, W4, fast.data(), nullptr);
+        EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 2), 0)
+            << simd_level_name(l) << " fp4 " << rows << " K " << K;
+      }
+      for (int64_t rows : {int64_t{1}, M}) {
+        linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
+        for (int64_t n = 0; n < N; ++n)
+          EXPECT_EQ(std::isnan(bf16_to_f32(fast[size_t(n)])), n == 3 || n == 21 || n == 38) << n << " rows " << rows;
+      }
     }
   }
 }
