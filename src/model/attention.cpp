@@ -67,8 +67,10 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   const int64_t window_floor = ls.ring_start;
   const int64_t prev_first = std::min(ctx.start, std::max(window_floor, ctx.start - (W - 1)));
   const int64_t n_prev = ctx.start - prev_first;
-  DS41_SCRATCH_CAP(uint16_t, prev, n_prev * Dh, (W - 1) * Dh);  // planned: a full window
-  for (int64_t i = 0; i < n_prev; ++i) ring_row_bf16(ls, Dh, (prev_first + i) % W, prev.data() + i * Dh);
+  DS41_SCRATCH_UNINIT(uint16_t, prev, n_prev * Dh, (W - 1) * Dh);  // planned: a full window
+  parallel_for(ctx.pool, n_prev, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) ring_row_bf16(ls, Dh, (prev_first + i) % W, prev.data() + i * Dh);
+  });
   auto window_row = [&](int64_t p) -> const uint16_t* {
     return p >= ctx.start ? kv_n.data() + (p - ctx.start) * Dh : prev.data() + (p - prev_first) * Dh;
   };
@@ -78,9 +80,9 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
 
   // ---- compressed branch (§5.4-§5.5) --------------------------------------------------------
   DS41_SCRATCH_EMPTY(int32_t, used_entries);  // union of this call's selected entries, ascending
-  DS41_SCRATCH_EMPTY(uint16_t, used_rows);    // their dequantized main-KV rows
   scratch_reserve(used_entries, size_t(S) * size_t(c.index_topk));
-  scratch_reserve(used_rows, size_t(S) * size_t(c.index_topk) * size_t(Dh));
+  // Their dequantized main-KV rows, one per used entry, each written before it is read.
+  DS41_SCRATCH_UNINIT(uint16_t, used_rows, 0, size_t(S) * size_t(c.index_topk) * size_t(Dh));
   const std::vector<std::vector<int32_t>>* topk = nullptr;
   if (lp.ratio > 0) {
     if (lp.kv_source) {
@@ -98,12 +100,14 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     for (const auto& row : *topk) used_entries.insert(used_entries.end(), row.begin(), row.end());
     std::sort(used_entries.begin(), used_entries.end());
     used_entries.erase(std::unique(used_entries.begin(), used_entries.end()), used_entries.end());
-    used_rows.resize(used_entries.size() * Dh);
-    for (size_t i = 0; i < used_entries.size(); ++i) {
-      const int64_t e = used_entries[i];
-      nvfp4_dequant_row(src.ckv_codes.data() + e * (Dh / 2), src.ckv_scales.data() + e * (Dh / 16), Dh,
-                        used_rows.data() + i * Dh);
-    }
+    scratch_grow(used_rows, used_entries.size() * Dh);
+    parallel_for(ctx.pool, int64_t(used_entries.size()), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t e = used_entries[size_t(i)];
+        nvfp4_dequant_row(src.ckv_codes.data() + e * (Dh / 2), src.ckv_scales.data() + e * (Dh / 16), Dh,
+                          used_rows.data() + i * Dh);
+      }
+    });
   }
 
   // ---- sparse attention with sink (§5.6) ----------------------------------------------------

@@ -89,16 +89,18 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   int n_blocks = 0;
   for (int s = 0; s < S; ++s)
     if (key_block[size_t(row_key_layer[size_t(s)])] == 0) key_block[size_t(row_key_layer[size_t(s)])] = ++n_blocks;
-  DS41_SCRATCH_CAP(uint16_t, K, n_blocks * total * IH, planned * IH);
+  DS41_SCRATCH_UNINIT(uint16_t, K, n_blocks * total * IH, planned * IH);  // every row written below
   for (size_t l = 0; l < key_block.size(); ++l) {
     if (key_block[l] == 0) continue;
     const LayerState& keys = ctx.state.layers[l];
     uint16_t* block = K.data() + (key_block[l] - 1) * total * IH;
-    parallel_for(ctx.pool, std::min<int64_t>(total, keys.entries), [&](int64_t t0, int64_t t1) {
+    const int64_t written = std::min<int64_t>(total, keys.entries);
+    parallel_for(ctx.pool, written, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
         mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH,
                           block + t * IH);
     });
+    std::fill(block + written * IH, block + total * IH, uint16_t{0});
   }
 
   // Queries: FP8 projection of qr, RoPE on the tail, MXFP4 QDQ per head.
