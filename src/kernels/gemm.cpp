@@ -530,7 +530,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     special_n += job.M;
     f1_n += job.fp8 ? job.M * K : job.M * (K / kBlock);  // values | raw scales
     f2_n += job.M * (K / kBlock);                        // scales
-    i8_n += job.fp8 ? (fp8_digits(job) ? job.M * 3 * K : 0) : job.M * 3 * K;
+    i8_n += job.fp8 ? (fp8_digits(job) ? job.M * 3 * K : 0) : job.M * simd::fp4_chunk_row_bytes(K);
     i32_n += job.fp8 ? 0 : job.M * (K / kBlock);
     f64_n += fp8_wide(job) ? job.M * K : 0;
   }
@@ -557,7 +557,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
       f64 += p.f64 ? job.M * K : 0;
     } else {
       f1 += job.M * KB;
-      i8 += job.M * 3 * K;
+      i8 += job.M * simd::fp4_chunk_row_bytes(K);
       i32 += job.M * KB;
     }
     codes += job.M * K;
@@ -580,7 +580,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                      if (p.f64)
                        for (int64_t k = 0; k < K; ++k) p.f64[r * K + k] = double(p.f1[r * K + k]) * 256.0;
                    } else
-                     kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB, p.i8 + r * 3 * K,
+                     kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB, p.i8 + r * simd::fp4_chunk_row_bytes(K),
                                         p.i32 + r * KB, p.f2 + r * KB, p.special + r);
                  }
                });

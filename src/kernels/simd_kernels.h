@@ -44,11 +44,19 @@ struct Fp8Activations {
 
 // Activations of an FP4-weight GEMM, prepared for 8-bit integer dot products: each E4M3 value
 // times 2^9 is an integer a9 with |a9| <= 448 * 2^9 < 2^18, split as a9 = c0 + 2^7 c1 + 2^14 c2
-// with c0, c1 in [0, 127] and c2 in [-15, 14] (all int8). Per 32-block the three chunk planes
-// are stored in the order the weight decoder produces: position i < 16 holds k = 2i, position
-// 16 + i holds k = 2i + 1 (low nibbles, then high nibbles of the 16 weight bytes).
+// with c0, c1 in [0, 127] and c2 in [-15, 14] (all int8). The chunk planes follow the weight
+// bytes' nibbles: a block's even k (low nibbles of its 16 bytes) and its odd k (high nibbles)
+// are 16-byte halves, and 4 consecutive blocks (a quad, zero-padded past K/32) keep each plane's
+// halves together - [plane][even: block 0..3][odd: block 0..3] - so that one load of 64 (or 32)
+// weight bytes meets its activations in two contiguous vectors per plane.
+constexpr int64_t kFp4QuadBytes = 4 * 3 * 32;
+inline int64_t fp4_chunk_row_bytes(int64_t K) { return (K / 32 + 3) / 4 * kFp4QuadBytes; }
+// Where block b's plane c, half h (0: even k, 1: odd k), 16 bytes, starts in a row's chunks.
+inline int64_t fp4_chunk_offset(int64_t b, int64_t c, int64_t h) {
+  return b / 4 * kFp4QuadBytes + c * 128 + h * 64 + b % 4 * 16;
+}
 struct Fp4Activations {
-  const int8_t* chunks;    // [rows][K/32][3][32]
+  const int8_t* chunks;    // [rows][fp4_chunk_row_bytes(K)]
   const int32_t* offsets;  // [rows][K/32] 12 * sum of the block's a9 (weights carry +12, below)
   const float* scales;     // [rows][K/32] act_quant scale * 2^-10 (exact: scales are >= 2^-22)
   const uint8_t* codes;    // [rows][K]
@@ -58,7 +66,7 @@ struct Fp4Activations {
   // Row r alone (for the one-row kernels).
   Fp4Activations row(int64_t r) const {
     const int64_t KB = K / 32;
-    return {chunks + r * KB * 3 * 32, offsets + r * KB, scales + r * KB, codes + r * K, raw_scales + r * KB, special + r, K};
+    return {chunks + r * fp4_chunk_row_bytes(K), offsets + r * KB, scales + r * KB, codes + r * K, raw_scales + r * KB, special + r, K};
   }
 };
 
