@@ -580,8 +580,9 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                      if (p.f64)
                        for (int64_t k = 0; k < K; ++k) p.f64[r * K + k] = double(p.f1[r * K + k]) * 256.0;
                    } else
-                     kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB, p.i8 + r * simd::fp4_chunk_row_bytes(K),
-                                        p.i32 + r * KB, p.f2 + r * KB, p.special + r);
+                     kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB,
+                                        p.i8 + r * simd::fp4_chunk_row_bytes(K), p.i32 + r * KB, p.f2 + r * KB,
+                                        p.special + r);
                  }
                });
   // Digit planes of the few-row FP8 jobs; shared preparations copied; the tiles.
