@@ -123,7 +123,9 @@ TEST_F(LayerRules, RatioTwoEntryInvisibleUntilItsGroupIsComplete) {
     for (size_t p = 0; p < rows.size(); ++p) {
       for (int32_t e : rows[p]) EXPECT_LE(2 * (e + 1), int64_t(p) + 1) << "position " << p;
       // While fewer entries than top-k are visible, all of them are used: exactly (p+1)/2.
-      if ((p + 1) / 2 <= size_t(topk)) EXPECT_EQ(rows[p].size(), (p + 1) / 2) << "position " << p;
+      if ((p + 1) / 2 <= size_t(topk)) {
+        EXPECT_EQ(rows[p].size(), (p + 1) / 2) << "position " << p;
+      }
     }
   }
 }
