@@ -12,13 +12,13 @@
 
 namespace ds41::simd {
 
-// Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 // Activation rows up to which the one-row decode kernels run row by row (FP8; FP4 below 4 rows,
 // where its prefill tile takes over): batched decoding and speculative verification run 2-6
 // rows, where the prefill tiles, which decode a weight tile once for many rows, were up to 2x
 // slower (measured).
 constexpr int64_t kDecodeRowsMax = 4;
 
+// Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
   // E4M3 activation values as fp32 (the kernels decode weights as w * 2^-8; products are exact).
   const float* values;     // [rows][K]
@@ -66,7 +66,8 @@ struct Fp4Activations {
   // Row r alone (for the one-row kernels).
   Fp4Activations row(int64_t r) const {
     const int64_t KB = K / 32;
-    return {chunks + r * fp4_chunk_row_bytes(K), offsets + r * KB, scales + r * KB, codes + r * K, raw_scales + r * KB, special + r, K};
+    return {chunks + r * fp4_chunk_row_bytes(K), offsets + r * KB, scales + r * KB, codes + r * K,
+            raw_scales + r * KB, special + r, K};
   }
 };
 
