@@ -111,10 +111,12 @@ const Shape kQuantizedShapes[] = {{1, 1, 32},   {1, 37, 96},   {1, 64, 256},   {
                                   {2, 21, 160}, {3, 40, 288},  {5, 33, 224},   {17, 9, 64},
                                   {16, 24, 352}, {33, 17, 128}, {130, 11, 96}, {1, 200, 1024}};
 
-// K with every remainder mod 16, N not a multiple of the 8- or 2-row groups.
-const Shape kDenseShapes[] = {{1, 1, 1},   {1, 9, 3},    {1, 13, 16},  {1, 17, 21},  {1, 31, 130},
-                              {2, 5, 7},   {3, 11, 33},  {4, 7, 64},   {5, 3, 45},   {7, 19, 100},
-                              {17, 10, 77}, {33, 9, 258}, {130, 5, 31}, {1, 300, 1024}, {3, 16, 40},  {2, 70, 129}};
+// K with every remainder mod 16, N not a multiple of the 8- or 2-row groups; packed groups (8
+// blocks of 16 rows) of every width from 1 to 8, with and without tail rows.
+const Shape kDenseShapes[] = {{1, 1, 1},     {1, 9, 3},     {1, 13, 16},   {1, 17, 21},  {1, 31, 130},
+                              {2, 5, 7},     {3, 11, 33},   {4, 7, 64},    {5, 3, 45},   {7, 19, 100},
+                              {17, 10, 77},  {33, 9, 258},  {130, 5, 31},  {1, 300, 1024}, {3, 16, 40},
+                              {2, 70, 129},  {2, 229, 37},  {1, 112, 64},  {1, 82, 18},  {3, 176, 11}};
 
 TEST(SimdGemm, Fp8MatchesTwinBitForBit) {
   const auto levels = simd_levels();

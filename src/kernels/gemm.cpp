@@ -694,14 +694,29 @@ void linear_f32_wbf16(const float* x, int64_t M, const uint16_t* W, int64_t N, i
       [&](int64_t m, int64_t n, float v) { y[m * N + n] = v; }, pool);
 }
 
+namespace {
+// Group g of a packed matrix with NB blocks: its first block and its width in blocks.
+struct PackedGroup {
+  int64_t first_block;
+  int width;
+};
+PackedGroup packed_group(int64_t NB, int64_t g) {
+  const int64_t first = g * kPackedGroupBlocks;
+  return {first, int(std::min(kPackedGroupBlocks, NB - first))};
+}
+}  // namespace
+
 void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool) {
   check_dims("pack_bf16_rows", 1, N, K);
-  const int64_t NB = N / kPackedRows;
-  parallel_for(pool_for_work(pool, NB * K * kPackedRows), NB, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b)
+  const int64_t NB = N / kPackedRows, NG = (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks;
+  parallel_for(pool_for_work(pool, NB * K * kPackedRows), NG, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const PackedGroup pg = packed_group(NB, g);
+      const int64_t rows = pg.width * kPackedRows, row0 = pg.first_block * kPackedRows;
+      uint16_t* group = out + row0 * K;
       for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < kPackedRows; ++j)
-          out[(b * K + k) * kPackedRows + j] = W[(b * kPackedRows + j) * K + k];
+        for (int64_t j = 0; j < rows; ++j) group[k * rows + j] = W[(row0 + j) * K + k];
+    }
   });
 }
 
@@ -710,25 +725,23 @@ void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& 
   check_dims("linear_f32_wbf16_packed", M, N, K);
   if (M == 0 || N == 0) return;
   const simd::KernelTable* kt = simd::active_kernels();
-  // Groups of 8 blocks split over the threads (the kernels take 8 streams per pass; a lone block
-  // is latency-bound); the tail rows (N % 16) go with the last part.
-  constexpr int64_t kGroup = 8;
-  const int64_t NG = (NB + kGroup - 1) / kGroup;
+  // Groups split over the threads; the tail rows (N % 16) go with the last part.
+  const int64_t NG = (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks;
   parallel_for(pool_for_work(pool, M * N * K), NG + 1, [&](int64_t g0, int64_t g1) {
-    const int64_t p0 = std::min(g0 * kGroup, NB), b1 = std::min(g1 * kGroup, NB);
-    if (p0 < b1) {
+    for (int64_t g = g0; g < std::min(g1, NG); ++g) {
+      const PackedGroup pg = packed_group(NB, g);
+      const int64_t row0 = pg.first_block * kPackedRows, rows = pg.width * kPackedRows;
+      const uint16_t* group = W.blocks + row0 * K;
       if (kt) {
-        kt->dense_packed_bf16(x, M, W.blocks, K, p0, b1, y, N);
-      } else {
-        for (int64_t b = p0; b < b1; ++b)
-          for (int64_t m = 0; m < M; ++m)
-            for (int64_t j = 0; j < kPackedRows; ++j) {
-              float acc = 0.0f;  // the twin's chain: product rounded, then added
-              for (int64_t k = 0; k < K; ++k)
-                acc += x[m * K + k] * bf16_to_f32(W.blocks[(b * K + k) * kPackedRows + j]);
-              y[m * N + b * kPackedRows + j] = acc;
-            }
+        kt->dense_packed_bf16(x, M, group, K, pg.width, y + row0, N);
+        continue;
       }
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < rows; ++j) {
+          float acc = 0.0f;  // the twin's chain: product rounded, then added
+          for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * bf16_to_f32(group[k * rows + j]);
+          y[m * N + row0 + j] = acc;
+        }
     }
     if (g1 == NG + 1)
       for (int64_t n = NB * kPackedRows; n < N; ++n)

@@ -72,18 +72,21 @@ void linear_f32(const float* x, int64_t M, const float* W, int64_t N, int64_t K,
 void linear_f32_wbf16(const float* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, float* y,
                       ThreadPool* pool);
 
-// A bf16 weight [N, K] repacked for decode-speed dense products: (N / 16) blocks of 16 rows stored
-// k-major ([block][k][16]: the 16 outputs' weights at one k are adjacent), so a vector lane is
-// one output's sequential chain with no in-register transposes and each block is one memory
-// stream. The last N % 16 rows are read from the original row-major matrix. Used for the LM head
-// (most of a decode step's bytes on small models). Results are bit-identical to linear_f32_wbf16.
+// A bf16 weight [N, K] repacked for decode-speed dense products: the first N / 16 * 16 rows as
+// groups of up to eight blocks of 16 rows (128 rows; the last group holds what is left), each
+// group stored k-major ([k][16 * width]: all its outputs' weights at one k adjacent), so a vector
+// lane is one output's sequential chain with no in-register transposes and a group is one memory
+// stream. Every group but the last is full, so group g starts at value g * 128 * K. The last
+// N % 16 rows are read from the original row-major matrix. Used for the LM head (most of a decode
+// step's bytes on small models). Results are bit-identical to linear_f32_wbf16.
 inline constexpr int64_t kPackedRows = 16;
+inline constexpr int64_t kPackedGroupBlocks = 8;
 struct PackedBf16Matrix {
   const uint16_t* blocks = nullptr;  // (N / 16) * K * 16 values
   const uint16_t* rows = nullptr;    // the original row-major [N, K]
   int64_t N = 0, K = 0;
 };
-// Writes the (N / 16) * K * 16 block values of row-major W into `out`.
+// Writes the (N / 16) * K * 16 packed values of row-major W into `out`.
 void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool);
 // y[m, n] = linear_f32_wbf16's value, from the packed layout.
 void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool);

@@ -184,7 +184,7 @@ void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const ui
   DS41_SCRATCH(uint16_t, group_in, int64_t(S) * K);
   DS41_SCRATCH(uint16_t, group_out, int64_t(S) * Rk);
   DS41_SCRATCH(uint16_t, u, int64_t(S) * G * Rk);
-  // A decode row reads group g's rows from the packed copy (one stream per 16 rows, the same
+  // A decode row reads group g's rows from the packed copy (one stream per 128 rows, the same
   // sums); several rows lay the weights out per call instead (gemm.h).
   const bool packed = S < 4 && Rk % kPackedRows == 0 && w.wo_a_packed.blocks;
   DS41_SCRATCH(float, in_f32, packed ? int64_t(S) * K : 0);

@@ -40,9 +40,9 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   if (progress) progress("validating", 0, n_tensors);
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
   if (progress) progress("validating", n_tensors, n_tensors);
-  m->weights_ = load_model_weights(
-      store, m->plan_, [&](int64_t done, int64_t total) { if (progress) progress("preparing", done, total); },
-      m->config_.vision_n_layers);
+  m->weights_ = load_model_weights(store, m->config_, m->plan_, [&](int64_t done, int64_t total) {
+    if (progress) progress("preparing", done, total);
+  });
   if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);

@@ -91,8 +91,9 @@ class Loader {
 
 }  // namespace
 
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
-                                const std::function<void(int64_t, int64_t)>& on_layer, int vision_layers) {
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& config, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer) {
+  const int vision_layers = config.vision_n_layers;
   ModelWeights w;
   w.store = store;
   Loader L(*store, w);
@@ -140,9 +141,15 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelP
       auto& buf = L.own(size_t(wo_a.N * wo_a.K) * 2);
       dequant_fp8_to_bf16(wo_a, reinterpret_cast<uint16_t*>(buf.data()));
       b.wo_a = reinterpret_cast<const uint16_t*>(buf.data());
-      auto& packed = L.own(size_t((wo_a.N / kPackedRows) * wo_a.K * kPackedRows) * 2);
-      pack_bf16_rows(b.wo_a, wo_a.N, wo_a.K, reinterpret_cast<uint16_t*>(packed.data()), nullptr);
-      b.wo_a_packed = PackedBf16Matrix{reinterpret_cast<const uint16_t*>(packed.data()), b.wo_a, wo_a.N, wo_a.K};
+      // Only whole 16-row blocks are packed; attention reads the packed copy only then.
+      const int64_t group_rows = config.o_lora_rank;
+      if (group_rows % kPackedRows == 0) {
+        auto& packed = L.own(size_t(wo_a.N * wo_a.K) * 2);
+        uint16_t* out = reinterpret_cast<uint16_t*>(packed.data());
+        for (int64_t r = 0; r < wo_a.N; r += group_rows)
+          pack_bf16_rows(b.wo_a + r * wo_a.K, group_rows, wo_a.K, out + r * wo_a.K, nullptr);
+        b.wo_a_packed = PackedBf16Matrix{out, b.wo_a, wo_a.N, wo_a.K};
+      }
     }
     if (lp.kv_source) {
       if (lp.ratio > 1) {

@@ -43,7 +43,9 @@ struct BlockWeights {
   const uint16_t* q_norm = nullptr;
   const uint16_t* kv_norm = nullptr;
   const uint16_t* wo_a = nullptr;  // bf16 [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
-  PackedBf16Matrix wo_a_packed;    // the same rows packed for one-row (decode) products (gemm.h)
+  // The same rows packed for one-row (decode) products (gemm.h), each output group's o_lora_rank
+  // rows packed on their own, so group g starts at value g * o_lora_rank * K.
+  PackedBf16Matrix wo_a_packed;
   const float* attn_sink = nullptr;
   // compressor (kv sources)
   const uint16_t* comp_wkv_bf16 = nullptr;  // ratio 1: bf16 projection
@@ -124,10 +126,10 @@ struct ModelWeights {
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
 // `on_layer(done, total)` is called before each plan layer is prepared (progress display). The
-// vision tower's tensors are loaded when `vision_layers` > 0.
+// vision tower's tensors are loaded when the config has vision layers.
 // Applies the residency hints of advise_model_weights.
-ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelPlan& plan,
-                                const std::function<void(int64_t, int64_t)>& on_layer = {}, int vision_layers = 0);
+ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& config, const ModelPlan& plan,
+                                const std::function<void(int64_t, int64_t)>& on_layer = {});
 
 // How the checkpoint's tensors are used, for memory hints (issue #10). Every token reads the
 // "always" tensors; a routed expert is read when the router picks it; Engram table rows are read
