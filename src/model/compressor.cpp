@@ -42,8 +42,10 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     DS41_SCRATCH(float, kvf, int64_t(S) * Dh);
     DS41_SCRATCH(float, zf, int64_t(S) * Dh);
     for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
-    linear_f32(xf.data(), S, w.comp_wkv_f32, Dh, D, kvf.data(), ctx.pool);
-    linear_f32(xf.data(), S, w.comp_wgate_f32, Dh, D, zf.data(), ctx.pool);
+    // fp32 products of the bf16 weights (widening is exact: the checkpoint's bytes are read,
+    // not a widened copy of twice the size).
+    linear_f32_wbf16(xf.data(), S, w.comp_wkv_bf16, Dh, D, kvf.data(), ctx.pool);
+    linear_f32_wbf16(xf.data(), S, w.comp_wgate_bf16, Dh, D, zf.data(), ctx.pool);
     DS41_SCRATCH(float, pooled, Dh);
     for (int s = 0; s < S; ++s) {
       const int64_t p = ctx.pos(s), slot = p % m;

@@ -152,12 +152,8 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
       }
     }
     if (lp.kv_source) {
-      if (lp.ratio > 1) {
-        b.comp_wkv_f32 = L.bf16_as_f32(a + "compressor.wkv.weight");
-        b.comp_wgate_f32 = L.bf16_as_f32(a + "compressor.wgate.weight");
-      } else {
-        b.comp_wkv_bf16 = L.bf16(a + "compressor.wkv.weight");
-      }
+      b.comp_wkv_bf16 = L.bf16(a + "compressor.wkv.weight");
+      if (lp.ratio > 1) b.comp_wgate_bf16 = L.bf16(a + "compressor.wgate.weight");
       b.comp_norm = L.bf16(a + "compressor.norm.weight");
     }
     if (lp.index_source) {

@@ -48,9 +48,8 @@ struct BlockWeights {
   PackedBf16Matrix wo_a_packed;
   const float* attn_sink = nullptr;
   // compressor (kv sources)
-  const uint16_t* comp_wkv_bf16 = nullptr;  // ratio 1: bf16 projection
-  const float* comp_wkv_f32 = nullptr;      // ratio > 1: fp32 projections
-  const float* comp_wgate_f32 = nullptr;
+  const uint16_t* comp_wkv_bf16 = nullptr;    // bf16 projection
+  const uint16_t* comp_wgate_bf16 = nullptr;  // ratio > 1: the gate projection
   const uint16_t* comp_norm = nullptr;
   // indexer (index sources)
   Fp8Matrix idx_wq_b{};
