@@ -341,6 +341,42 @@ TEST(SimdGemm, DenseLinearsMatchTwinsBitForBit) {
   }
 }
 
+// Packed products batched into one parallel call (the grouped output projection at decode):
+// every job's values are its own twin's, whatever the mix of group widths and tail rows (a job
+// with fewer than 16 rows is all tail).
+TEST(SimdGemm, PackedBatchMatchesTwinsBitForBit) {
+  std::mt19937 rng(9);
+  ThreadPool pool(3);
+  const int64_t M = 2;
+  const std::pair<int64_t, int64_t> shapes[] = {{229, 37}, {16, 40}, {5, 12}, {300, 64}, {128, 21}};
+  std::vector<std::vector<uint16_t>> weights, blocks;
+  std::vector<std::vector<float>> xs, twins;
+  std::vector<PackedBf16Matrix> matrices;
+  for (const auto& [N, K] : shapes) {
+    const std::vector<float> wf = random_f32(N * K, rng);
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    weights.push_back(wb);
+    blocks.emplace_back(size_t((N / kPackedRows) * K * kPackedRows));
+    pack_bf16_rows(weights.back().data(), N, K, blocks.back().data(), &pool);
+    xs.push_back(random_f32(M * K, rng));
+    twins.emplace_back(size_t(M * N));
+    linear_f32_wbf16_reference(xs.back().data(), M, weights.back().data(), N, K, twins.back().data());
+  }
+  for (size_t j = 0; j < blocks.size(); ++j)
+    matrices.push_back(PackedBf16Matrix{blocks[j].data(), weights[j].data(), shapes[j].first, shapes[j].second});
+  for (SimdLevel l : with_scalar(simd_levels())) {
+    ScopedSimdLevel level(l);
+    std::vector<std::vector<float>> outs;
+    std::vector<PackedLinearJob> jobs;
+    for (size_t j = 0; j < matrices.size(); ++j) outs.emplace_back(twins[j].size(), -1.0f);
+    for (size_t j = 0; j < matrices.size(); ++j) jobs.push_back(PackedLinearJob{xs[j].data(), &matrices[j], outs[j].data()});
+    linear_f32_wbf16_packed_batch(jobs.data(), int(jobs.size()), M, &pool);
+    for (size_t j = 0; j < matrices.size(); ++j)
+      EXPECT_EQ(first_difference(outs[j], twins[j]), -1) << "job " << j << " at level " << int(l);
+  }
+}
+
 // Lane sums that round and then cancel: in every lane a large product B (~2^40) is followed by a
 // small one and then by -B, so the small product keeps only the bits that survived next to B.
 // The fp32 result therefore shows the order in which each lane took its products: any change of

@@ -721,35 +721,59 @@ void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, Thre
 }
 
 void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool) {
-  const int64_t N = W.N, K = W.K, NB = N / kPackedRows;
-  check_dims("linear_f32_wbf16_packed", M, N, K);
-  if (M == 0 || N == 0) return;
+  const PackedLinearJob job{x, &W, y};
+  linear_f32_wbf16_packed_batch(&job, 1, M, pool);
+}
+
+void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64_t M, ThreadPool* pool) {
+  // Work items: each job's groups, then one item for its tail rows (N % 16, possibly none).
+  const auto items_of = [&](int j) {
+    const int64_t NB = jobs[j].W->N / kPackedRows;
+    return (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks + 1;
+  };
+  int64_t items = 0, work = 0;
+  for (int j = 0; j < count; ++j) {
+    check_dims("linear_f32_wbf16_packed", M, jobs[j].W->N, jobs[j].W->K);
+    items += items_of(j);
+    work += M * jobs[j].W->N * jobs[j].W->K;
+  }
+  if (M == 0 || items == 0) return;
   const simd::KernelTable* kt = simd::active_kernels();
-  // Groups split over the threads; the tail rows (N % 16) go with the last part.
-  const int64_t NG = (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks;
-  parallel_for(pool_for_work(pool, M * N * K), NG + 1, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < std::min(g1, NG); ++g) {
-      const PackedGroup pg = packed_group(NB, g);
-      const int64_t row0 = pg.first_block * kPackedRows, rows = pg.width * kPackedRows;
-      const uint16_t* group = W.blocks + row0 * K;
-      if (kt) {
-        kt->dense_packed_bf16(x, M, group, K, pg.width, y + row0, N);
-        continue;
-      }
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t j = 0; j < rows; ++j) {
-          float acc = 0.0f;  // the twin's chain: product rounded, then added
-          for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * bf16_to_f32(group[k * rows + j]);
-          y[m * N + row0 + j] = acc;
-        }
-    }
-    if (g1 == NG + 1)
+  const auto run_item = [&](int j, int64_t g) {
+    const PackedBf16Matrix& W = *jobs[j].W;
+    const float* x = jobs[j].x;
+    float* y = jobs[j].y;
+    const int64_t N = W.N, K = W.K, NB = N / kPackedRows;
+    if (g == items_of(j) - 1) {  // the tail rows, from the row-major matrix
       for (int64_t n = NB * kPackedRows; n < N; ++n)
         for (int64_t m = 0; m < M; ++m) {
           float acc = 0.0f;
           for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * bf16_to_f32(W.rows[n * K + k]);
           y[m * N + n] = acc;
         }
+      return;
+    }
+    const PackedGroup pg = packed_group(NB, g);
+    const int64_t row0 = pg.first_block * kPackedRows, rows = pg.width * kPackedRows;
+    const uint16_t* group = W.blocks + row0 * K;
+    if (kt) {
+      kt->dense_packed_bf16(x, M, group, K, pg.width, y + row0, N);
+      return;
+    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;  // the twin's chain: product rounded, then added
+        for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * bf16_to_f32(group[k * rows + r]);
+        y[m * N + row0 + r] = acc;
+      }
+  };
+  parallel_for(pool_for_work(pool, work), items, [&](int64_t i0, int64_t i1) {
+    int j = 0;
+    int64_t first = 0;  // the first item of job j
+    for (int64_t i = i0; i < i1; ++i) {
+      while (i >= first + items_of(j)) first += items_of(j++);
+      run_item(j, i - first);
+    }
   });
 }
 

@@ -90,6 +90,15 @@ struct PackedBf16Matrix {
 void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool);
 // y[m, n] = linear_f32_wbf16's value, from the packed layout.
 void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool);
+// Several packed products of M rows each (x [M][W.K] -> y [M][W.N]) in one parallel call: the
+// groups of all of them are shared out together (the grouped output projection's per-group
+// products are too small to keep two threads busy one by one). The same values as one call each.
+struct PackedLinearJob {
+  const float* x;
+  const PackedBf16Matrix* W;
+  float* y;
+};
+void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64_t M, ThreadPool* pool);
 
 // out[n, k] = bf16(e4m3(w[n, k]) * 2^(scale[n/32][k/32] - 127)): fp32 product, one rounding
 // (convert.py's load-time dequantization of wo_a, §2.4 step 3, pitfall 15).

@@ -181,25 +181,39 @@ void ring_store(StateJournal* journal, LayerState& ls, int64_t Dh, int64_t pos, 
 void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const uint16_t* o, uint16_t* y, ThreadPool* pool) {
   const int64_t H = c.n_heads, Dh = c.head_dim;
   const int64_t G = c.o_groups, Rk = c.o_lora_rank, K = H * Dh / G;
-  DS41_SCRATCH(uint16_t, group_in, int64_t(S) * K);
-  DS41_SCRATCH(uint16_t, group_out, int64_t(S) * Rk);
   DS41_SCRATCH(uint16_t, u, int64_t(S) * G * Rk);
-  // A decode row reads group g's rows from the packed copy (one stream per 128 rows, the same
-  // sums); several rows lay the weights out per call instead (gemm.h).
-  const bool packed = S < 4 && Rk % kPackedRows == 0 && w.wo_a_packed.blocks;
-  DS41_SCRATCH(float, in_f32, packed ? int64_t(S) * K : 0);
-  DS41_SCRATCH(float, out_f32, packed ? int64_t(S) * Rk : 0);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int s = 0; s < S; ++s) std::memcpy(group_in.data() + s * K, o + s * H * Dh + g * K, size_t(K) * 2);
-    if (packed) {
-      const PackedBf16Matrix group{w.wo_a_packed.blocks + g * Rk * K, w.wo_a + g * Rk * K, Rk, K};
-      for (int64_t i = 0; i < int64_t(S) * K; ++i) in_f32[size_t(i)] = bf16_to_f32(group_in[size_t(i)]);
-      linear_f32_wbf16_packed(in_f32.data(), S, group, out_f32.data(), pool);
-      for (int64_t i = 0; i < int64_t(S) * Rk; ++i) group_out[size_t(i)] = f32_to_bf16(out_f32[size_t(i)]);
-    } else {
-      linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), pool);
+  // A decode row reads the groups' rows from the packed copy (one stream per 128 rows, the same
+  // sums), all groups in one parallel call; several rows lay the weights out per call instead
+  // (gemm.h).
+  if (S < 4 && w.wo_a_packed.blocks) {
+    DS41_SCRATCH(float, in_f32, G * S * K);  // [g][s][k]
+    DS41_SCRATCH(float, out_f32, G * S * Rk);
+    DS41_SCRATCH_EMPTY(PackedBf16Matrix, groups);
+    DS41_SCRATCH_EMPTY(PackedLinearJob, jobs);
+    scratch_reserve(groups, size_t(G));
+    scratch_reserve(jobs, size_t(G));
+    for (int64_t g = 0; g < G; ++g) {
+      for (int s = 0; s < S; ++s)
+        for (int64_t k = 0; k < K; ++k)
+          in_f32[size_t((g * S + s) * K + k)] = bf16_to_f32(o[s * H * Dh + g * K + k]);
+      groups.push_back(PackedBf16Matrix{w.wo_a_packed.blocks + g * Rk * K, w.wo_a + g * Rk * K, Rk, K});
     }
-    for (int s = 0; s < S; ++s) std::memcpy(u.data() + (s * G + g) * Rk, group_out.data() + s * Rk, size_t(Rk) * 2);
+    for (int64_t g = 0; g < G; ++g)
+      jobs.push_back(PackedLinearJob{in_f32.data() + g * S * K, &groups[size_t(g)], out_f32.data() + g * S * Rk});
+    linear_f32_wbf16_packed_batch(jobs.data(), int(G), S, pool);
+    for (int64_t g = 0; g < G; ++g)
+      for (int s = 0; s < S; ++s)
+        for (int64_t r = 0; r < Rk; ++r)
+          u[size_t((s * G + g) * Rk + r)] = f32_to_bf16(out_f32[size_t((g * S + s) * Rk + r)]);
+  } else {
+    DS41_SCRATCH(uint16_t, group_in, int64_t(S) * K);
+    DS41_SCRATCH(uint16_t, group_out, int64_t(S) * Rk);
+    for (int64_t g = 0; g < G; ++g) {
+      for (int s = 0; s < S; ++s) std::memcpy(group_in.data() + s * K, o + s * H * Dh + g * K, size_t(K) * 2);
+      linear_bf16(group_in.data(), S, w.wo_a + g * Rk * K, Rk, K, group_out.data(), pool);
+      for (int s = 0; s < S; ++s)
+        std::memcpy(u.data() + (s * G + g) * Rk, group_out.data() + s * Rk, size_t(Rk) * 2);
+    }
   }
   linear_fp8(u.data(), S, w.wo_b, y, pool);
 }
