@@ -370,7 +370,7 @@ TEST(SimdGemm, PackedBatchMatchesTwinsBitForBit) {
     std::vector<std::vector<float>> outs;
     std::vector<PackedLinearJob> jobs;
     for (size_t j = 0; j < matrices.size(); ++j) outs.emplace_back(twins[j].size(), -1.0f);
-    for (size_t j = 0; j < matrices.size(); ++j) jobs.push_back(PackedLinearJob{xs[j].data(), &matrices[j], outs[j].data()});
+    for (size_t j = 0; j < matrices.size(); ++j) jobs.push_back(PackedLinearJob{xs[j].data(), matrices[j], outs[j].data()});
     linear_f32_wbf16_packed_batch(jobs.data(), int(jobs.size()), M, &pool);
     for (size_t j = 0; j < matrices.size(); ++j)
       EXPECT_EQ(first_difference(outs[j], twins[j]), -1) << "job " << j << " at level " << int(l);

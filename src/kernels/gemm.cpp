@@ -721,26 +721,26 @@ void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, Thre
 }
 
 void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool) {
-  const PackedLinearJob job{x, &W, y};
+  const PackedLinearJob job{x, W, y};
   linear_f32_wbf16_packed_batch(&job, 1, M, pool);
 }
 
 void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64_t M, ThreadPool* pool) {
   // Work items: each job's groups, then one item for its tail rows (N % 16, possibly none).
   const auto items_of = [&](int j) {
-    const int64_t NB = jobs[j].W->N / kPackedRows;
+    const int64_t NB = jobs[j].W.N / kPackedRows;
     return (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks + 1;
   };
   int64_t items = 0, work = 0;
   for (int j = 0; j < count; ++j) {
-    check_dims("linear_f32_wbf16_packed", M, jobs[j].W->N, jobs[j].W->K);
+    check_dims("linear_f32_wbf16_packed", M, jobs[j].W.N, jobs[j].W.K);
     items += items_of(j);
-    work += M * jobs[j].W->N * jobs[j].W->K;
+    work += M * jobs[j].W.N * jobs[j].W.K;
   }
   if (M == 0 || items == 0) return;
   const simd::KernelTable* kt = simd::active_kernels();
   const auto run_item = [&](int j, int64_t g) {
-    const PackedBf16Matrix& W = *jobs[j].W;
+    const PackedBf16Matrix& W = jobs[j].W;
     const float* x = jobs[j].x;
     float* y = jobs[j].y;
     const int64_t N = W.N, K = W.K, NB = N / kPackedRows;

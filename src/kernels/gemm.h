@@ -95,7 +95,7 @@ void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& 
 // products are too small to keep two threads busy one by one). The same values as one call each.
 struct PackedLinearJob {
   const float* x;
-  const PackedBf16Matrix* W;
+  PackedBf16Matrix W;
   float* y;
 };
 void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64_t M, ThreadPool* pool);

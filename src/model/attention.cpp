@@ -188,18 +188,15 @@ void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const ui
   if (S < 4 && w.wo_a_packed.blocks) {
     DS41_SCRATCH(float, in_f32, G * S * K);  // [g][s][k]
     DS41_SCRATCH(float, out_f32, G * S * Rk);
-    DS41_SCRATCH_EMPTY(PackedBf16Matrix, groups);
     DS41_SCRATCH_EMPTY(PackedLinearJob, jobs);
-    scratch_reserve(groups, size_t(G));
     scratch_reserve(jobs, size_t(G));
     for (int64_t g = 0; g < G; ++g) {
       for (int s = 0; s < S; ++s)
         for (int64_t k = 0; k < K; ++k)
           in_f32[size_t((g * S + s) * K + k)] = bf16_to_f32(o[s * H * Dh + g * K + k]);
-      groups.push_back(PackedBf16Matrix{w.wo_a_packed.blocks + g * Rk * K, w.wo_a + g * Rk * K, Rk, K});
+      const PackedBf16Matrix group{w.wo_a_packed.blocks + g * Rk * K, w.wo_a + g * Rk * K, Rk, K};
+      jobs.push_back(PackedLinearJob{in_f32.data() + g * S * K, group, out_f32.data() + g * S * Rk});
     }
-    for (int64_t g = 0; g < G; ++g)
-      jobs.push_back(PackedLinearJob{in_f32.data() + g * S * K, &groups[size_t(g)], out_f32.data() + g * S * Rk});
     linear_f32_wbf16_packed_batch(jobs.data(), int(G), S, pool);
     for (int64_t g = 0; g < G; ++g)
       for (int s = 0; s < S; ++s)
