@@ -108,6 +108,13 @@ double measure_fma_peak(ThreadPool* pool, double seconds) {
   return best;
 }
 
+int64_t compressor_bytes_per_token(const ModelConfig& c, const LayerPlan& lp) {
+  if (!lp.kv_source) return 0;
+  // Read as the checkpoint stores them, bf16 (kernels/gemm.h): kv, plus the gate at ratio > 1.
+  const int64_t D = c.dim, Dh = c.head_dim;
+  return (lp.ratio > 1 ? 2 : 1) * Dh * D * 2 + Dh * 2;
+}
+
 DecodeBytes decode_bytes_per_token(const Model& m, const std::vector<int>& experts_used, int64_t pos) {
   const ModelConfig& c = m.config();
   const ModelWeights& W = m.weights();
@@ -123,7 +130,7 @@ DecodeBytes decode_bytes_per_token(const Model& m, const std::vector<int>& exper
     b.weights += c.q_lora_rank * 2 + Dh * 2 + int64_t(c.n_heads) * 4;
     b.weights += int64_t(c.o_groups) * c.o_lora_rank * (int64_t(c.n_heads) * Dh / c.o_groups) * 2;  // wo_a (bf16)
     if (lp.kv_source) {
-      b.weights += (lp.ratio > 1 ? 2 * Dh * D * 4 : Dh * D * 2) + Dh * 2;
+      b.weights += compressor_bytes_per_token(c, lp);
       const bool emits = lp.ratio > 0 && (pos + 1) % lp.ratio == 0;
       if (lp.owns_index_k && emits) b.weights += IH * Dh * 2 + IH * 2;
     }

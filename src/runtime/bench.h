@@ -38,6 +38,8 @@ struct DecodeBytes {
 // `experts_used[layer]` = distinct routed experts the token used at that layer; `pos` = the
 // position of the decoded token (its context length).
 DecodeBytes decode_bytes_per_token(const Model& m, const std::vector<int>& experts_used, int64_t pos);
+// The part of it a kv source's compressor reads (its bf16 projections and norm); 0 for other layers.
+int64_t compressor_bytes_per_token(const ModelConfig& c, const LayerPlan& lp);
 
 // Multiply-adds of the FP8/FP4 GEMMs per token of a prefill (activated experts included).
 int64_t quantized_macs_per_token(const Model& m);

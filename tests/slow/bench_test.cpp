@@ -45,6 +45,28 @@ TEST(Bench, RoutedExpertBytesAreTheCheckpointsTensorBytes) {
   EXPECT_EQ(decode_bytes_per_token(*model, one, period - 1).weights, decode_bytes_per_token(*model, one, 4 * period - 1).weights);
 }
 
+// A kv source's compressor reads its checkpoint tensors as stored (bf16): wkv, the gate at
+// ratio > 1, the norm; no other layer has one.
+TEST(Bench, CompressorBytesAreTheCheckpointsTensorBytes) {
+  for (const bool engram : {false, true}) {
+    const std::string dir = test::tiny_model_dir(engram);
+    auto model = Model::load(dir);
+    const TensorStore store = TensorStore::open(dir);
+    int sources = 0;
+    for (const LayerPlan& lp : model->plan().layers) {
+      if (lp.is_dspark) continue;
+      int64_t expected = 0;
+      for (const char* w : {"wkv", "wgate", "norm"}) {
+        const std::string name = lp.prefix + "attn.compressor." + w + ".weight";
+        if (store.find(name)) expected += int64_t(store.get(name).nbytes);
+      }
+      EXPECT_EQ(compressor_bytes_per_token(model->config(), lp), expected) << "layer " << lp.id;
+      sources += expected > 0;
+    }
+    EXPECT_GT(sources, 0);
+  }
+}
+
 using test::CommandResult;
 using test::run_ds41;
 
