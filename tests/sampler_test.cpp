@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <random>
 
 #include "base/error.h"
 
@@ -58,6 +60,37 @@ TEST(Sampler, RejectsInvalidOptionsNamingEach) {
     EXPECT_NE(std::string(e.what()).find("repetition_penalty"), std::string::npos);
   }
   EXPECT_TRUE(sampler_option_problems(SamplerOptions{}).empty());
+}
+
+// argmax_token against the scan it replaces (move only to a strictly larger value), on lengths
+// around its 16-lane blocks, with ties, NaN (first and elsewhere), signed zeros and infinities.
+TEST(Sampler, ArgmaxIsTheSequentialScansAnswer) {
+  auto scan = [](const std::vector<float>& l) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < int64_t(l.size()); ++i)
+      if (l[size_t(i)] > l[size_t(best)]) best = i;
+    return int32_t(best);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {nan, -0.0f, 0.0f, inf, -inf, 1.0f, -1.0f};
+  std::mt19937 g(7);
+  int cases = 0, moved = 0;
+  for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 100, 1000, 129280}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> l(static_cast<size_t>(n));
+      // Few distinct values so that ties are common; some trials sprinkle special values.
+      for (float& v : l) v = float(int(g() % 7)) - 3.0f;
+      const int sprinkle = trial % 4 == 0 ? 0 : int(g() % 5);
+      for (int k = 0; k < sprinkle; ++k) l[size_t(g() % uint64_t(n))] = specials[g() % specials.size()];
+      if (trial % 10 == 1) l[0] = nan;
+      if (trial % 10 == 2) std::fill(l.begin(), l.end(), trial % 20 == 2 ? -0.0f : nan);
+      const int32_t expected = scan(l);
+      EXPECT_EQ(argmax_token(l.data(), n), expected) << "n " << n << " trial " << trial;
+      ++cases;
+      moved += expected != 0;
+    }
+  }
+  EXPECT_GT(moved, cases / 2);  // the answer is usually not index 0
 }
 
 TEST(Sampler, GreedyTakesLowestIdOnTies) {

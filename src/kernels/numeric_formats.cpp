@@ -118,12 +118,6 @@ uint8_t f32_to_e4m3(float x) {
 }
 
 // ---- F8_E8M0 ------------------------------------------------------------------------------
-float e8m0_to_f32(uint8_t code) {
-  if (code == 0xff) return std::numeric_limits<float>::quiet_NaN();
-  // 2^-127 is below fp32's normal range: its bit pattern is the subnormal with mantissa 2^22.
-  if (code == 0) return bits_to_f32(1u << (kF32MantissaBits - 1));
-  return bits_to_f32(uint32_t(code) << kF32MantissaBits);
-}
 
 uint8_t f32_to_e8m0(float pow2) {
   const uint32_t bits = f32_to_bits(pow2);

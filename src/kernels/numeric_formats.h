@@ -36,7 +36,12 @@ uint8_t f32_to_e4m3(float x);
 extern const float kE4M3Table[256];
 
 // ---- F8_E8M0 ------------------------------------------------------------------------------
-float e8m0_to_f32(uint8_t code);  // 2^(code-127); 0xFF -> NaN
+// 2^(code-127); 0xFF -> NaN. Inline: cache dequantization calls it once per 16-32 values.
+inline float e8m0_to_f32(uint8_t code) {
+  if (code == 0xff) return bits_to_f32(0x7fc00000u);  // quiet NaN
+  // 2^-127 is below fp32's normal range: its bit pattern is the subnormal with mantissa 2^22.
+  return bits_to_f32(code == 0 ? 1u << 22 : uint32_t(code) << 23);
+}
 // Encode an exact power of two 2^k (k in [-127, 127]); other values are rounded up to the next
 // power of two, matching how the reference produces UE8M0 scales. Results are clamped to the
 // representable range [2^-127, 2^127]: zero, negatives and anything <= 2^-127 give code 0,

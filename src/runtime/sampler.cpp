@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "base/error.h"
@@ -10,10 +11,41 @@
 namespace ds41 {
 
 int32_t argmax_token(const float* logits, int64_t vocab) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return int32_t(best);
+  // The answer of a sequential scan that moves only to a strictly larger value: the first index
+  // holding the largest value, NaN never larger. Found in two passes over 4-float vectors without
+  // a loop-carried index (the scan's chain of dependent loads and compares cost ~0.1 ms per
+  // decoded token at a 129K vocabulary): the largest value over independent lanes, then the
+  // first index that compares equal to it (-0 == +0, as the scan's `>` treats them alike).
+  if (vocab <= 0) return 0;
+  using F4 = float __attribute__((vector_size(16)));
+  using I4 = int32_t __attribute__((vector_size(16)));
+  constexpr int64_t kStep = 16;
+  auto load = [&](int64_t i) {
+    F4 v;
+    std::memcpy(&v, logits + i, sizeof v);
+    return v;
+  };
+  const float first = logits[0];
+  F4 m[4];
+  for (F4& v : m) v = F4{first, first, first, first};
+  int64_t i = 0;
+  for (; i + kStep <= vocab; i += kStep)
+    for (int j = 0; j < 4; ++j) {
+      const F4 x = load(i + 4 * j);
+      m[j] = x > m[j] ? x : m[j];  // lane-wise; a NaN x leaves the lane
+    }
+  float top = first;
+  for (int j = 0; j < 4; ++j)
+    for (int k = 0; k < 4; ++k) top = m[j][k] > top ? m[j][k] : top;
+  for (; i < vocab; ++i) top = logits[i] > top ? logits[i] : top;
+  const F4 t4 = {top, top, top, top};
+  for (i = 0; i + kStep <= vocab; i += kStep) {
+    I4 any = (load(i) == t4) | (load(i + 4) == t4) | (load(i + 8) == t4) | (load(i + 12) == t4);
+    if (any[0] | any[1] | any[2] | any[3]) break;
+  }
+  for (; i < vocab; ++i)
+    if (logits[i] == top) return int32_t(i);
+  return 0;  // logits[0] is NaN: every comparison with it failed, and the scan keeps index 0
 }
 
 std::vector<std::string> sampler_option_problems(const SamplerOptions& o) {
