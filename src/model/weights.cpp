@@ -78,8 +78,9 @@ class Loader {
     const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
     return Fp4Matrix{w.data, s.data, w.shape.at(0), w.shape.at(1) * 2};
   }
-  std::vector<uint8_t>& own(size_t bytes) {
-    // operator new aligns to at least 16 bytes, enough for every element type used here.
+  // Zero-filled; aligned to at least 16 bytes, enough for every element type used here. Large
+  // ones start on huge pages (base/byte_buffer.h).
+  ByteBuffer& own(size_t bytes) {
     w_.owned.emplace_back(bytes);
     return w_.owned.back();
   }
@@ -249,9 +250,6 @@ void advise_model_weights(const ModelWeights& w) {
       if (use == WeightUse::Always) advise(t.data, t.nbytes, MADV_WILLNEED);
       else if (use == WeightUse::Embedding) advise(t.data, t.nbytes, MADV_RANDOM);
     }
-#ifdef MADV_HUGEPAGE
-  for (const auto& buf : w.owned) advise(buf.data(), buf.size(), MADV_HUGEPAGE);
-#endif
 }
 
 int64_t lock_model_weights(const ModelWeights& w) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/byte_buffer.h"
 #include "io/safetensors.h"
 #include "kernels/gemm.h"
 #include "model/config.h"
@@ -120,7 +121,7 @@ struct ModelWeights {
 
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;
-  std::vector<std::vector<uint8_t>> owned;
+  std::vector<ByteBuffer> owned;
 };
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
@@ -139,8 +140,9 @@ WeightUse weight_use(const std::string& tensor_name);
 // madvise hints, applied at load: MADV_WILLNEED on the tensors every token reads (the kernel
 // starts paging them in at once, asynchronously), nothing on routed experts (read whole when
 // used: default read-ahead; a checkpoint larger than RAM pages them in and out on demand),
-// MADV_RANDOM on Engram tables (set where they are loaded) and the embedding, MADV_HUGEPAGE on the
-// buffers materialised at load (fewer TLB misses). Advisory: failures are ignored.
+// MADV_RANDOM on Engram tables (set where they are loaded) and the embedding. (The buffers
+// materialised at load are advised MADV_HUGEPAGE when allocated, base/byte_buffer.h.) Advisory:
+// failures are ignored.
 void advise_model_weights(const ModelWeights& w);
 
 // mlock(2) of the mapped tensors every token reads and of the routed experts (not the Engram

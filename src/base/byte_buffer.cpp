@@ -1,0 +1,62 @@
+#include "base/byte_buffer.h"
+
+#include <sys/mman.h>
+
+#include <new>
+#include <utility>
+
+namespace ds41 {
+
+ByteBuffer::ByteBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  if (bytes < kHugePageBytes) {
+    data_ = new uint8_t[bytes]();
+    return;
+  }
+  // One huge page more than needed, so that a 2 MiB boundary with `bytes` after it lies inside;
+  // the slack is never touched, so it costs address space only. Anonymous pages read as zero.
+  if (bytes > SIZE_MAX - kHugePageBytes) throw std::bad_alloc();
+  mapping_bytes_ = bytes + kHugePageBytes;
+  void* m = ::mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    mapping_bytes_ = 0;
+    size_ = 0;
+    throw std::bad_alloc();
+  }
+  mapping_ = m;
+  const uintptr_t aligned = (reinterpret_cast<uintptr_t>(m) + kHugePageBytes - 1) & ~uintptr_t(kHugePageBytes - 1);
+  data_ = reinterpret_cast<uint8_t*>(aligned);
+#ifdef MADV_HUGEPAGE
+  ::madvise(data_, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1), MADV_HUGEPAGE);  // advisory
+#endif
+}
+
+ByteBuffer::~ByteBuffer() { release(); }
+
+ByteBuffer::ByteBuffer(ByteBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapping_bytes_(std::exchange(other.mapping_bytes_, 0)) {}
+
+ByteBuffer& ByteBuffer::operator=(ByteBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
+  }
+  return *this;
+}
+
+void ByteBuffer::release() {
+  if (mapping_) ::munmap(mapping_, mapping_bytes_);
+  else delete[] data_;
+  data_ = nullptr;
+  size_ = 0;
+  mapping_ = nullptr;
+  mapping_bytes_ = 0;
+}
+
+}  // namespace ds41

@@ -1,0 +1,45 @@
+// Zero-filled bytes for large, long-lived copies the engine makes at load (packed weights, widened
+// tensors). A buffer of at least kHugePageBytes is an anonymous mapping of its own, aligned to
+// 2 MiB and advised MADV_HUGEPAGE before anything touches it: with transparent huge pages in
+// "madvise" mode (Debian's default) its memory is then 2 MiB pages from the first fault, where a
+// heap vector advised after it was filled stayed on 4 KiB pages until khugepaged's slow scan
+// (10 MB of 333 MB were huge during a decode run). The LM head product, a decode step's largest
+// read, streamed 10-25 % faster on huge pages (README, performance). Smaller buffers come from
+// the heap. Move-only; the bytes never move, so pointers into them stay valid.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ds41 {
+
+class ByteBuffer {
+ public:
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+  ByteBuffer() = default;
+  // Throws std::bad_alloc when the memory cannot be had.
+  explicit ByteBuffer(size_t bytes);
+  ~ByteBuffer();
+  ByteBuffer(ByteBuffer&& other) noexcept;
+  ByteBuffer& operator=(ByteBuffer&& other) noexcept;
+  ByteBuffer(const ByteBuffer&) = delete;
+  ByteBuffer& operator=(const ByteBuffer&) = delete;
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // Whether the bytes are a mapping of their own (2 MiB-aligned, huge pages advised).
+  bool mapped() const { return mapping_ != nullptr; }
+
+ private:
+  void release();
+
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  void* mapping_ = nullptr;  // the whole mapping (data_ is its first 2 MiB boundary)
+  size_t mapping_bytes_ = 0;
+};
+
+}  // namespace ds41
