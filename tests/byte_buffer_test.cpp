@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "base/error.h"
 
 namespace ds41 {
 namespace {
@@ -42,6 +45,19 @@ TEST(ByteBuffer, LargeIsItsOwnAlignedMappingZeroFilled) {
     b.data()[0] = 1;
     b.data()[n - 1] = 2;
     EXPECT_EQ(b.data()[0] + b.data()[n - 1], 3);
+  }
+}
+
+TEST(ByteBuffer, ImpossibleSizesAreClearErrors) {
+  for (size_t n : {SIZE_MAX / 2, SIZE_MAX - 1}) {
+    try {
+      ByteBuffer b(n);
+      ADD_FAILURE() << n << " bytes were mapped";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("out of memory: could not map " + std::to_string(n >> 20) + " MiB"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -2,8 +2,12 @@
 
 #include <sys/mman.h>
 
-#include <new>
+#include <cerrno>
+#include <cstring>
+#include <string>
 #include <utility>
+
+#include "base/error.h"
 
 namespace ds41 {
 
@@ -15,14 +19,15 @@ ByteBuffer::ByteBuffer(size_t bytes) : size_(bytes) {
   }
   // One huge page more than needed, so that a 2 MiB boundary with `bytes` after it lies inside;
   // the slack is never touched, so it costs address space only. Anonymous pages read as zero.
-  if (bytes > SIZE_MAX - kHugePageBytes) throw std::bad_alloc();
+  const auto fail = [&](const char* why) {
+    size_ = 0;
+    mapping_bytes_ = 0;
+    throw Error("out of memory: could not map " + std::to_string(bytes >> 20) + " MiB (" + why + ")");
+  };
+  if (bytes > SIZE_MAX - kHugePageBytes) fail("larger than the address space");
   mapping_bytes_ = bytes + kHugePageBytes;
   void* m = ::mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) {
-    mapping_bytes_ = 0;
-    size_ = 0;
-    throw std::bad_alloc();
-  }
+  if (m == MAP_FAILED) fail(std::strerror(errno));
   mapping_ = m;
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(m) + kHugePageBytes - 1) & ~uintptr_t(kHugePageBytes - 1);
   data_ = reinterpret_cast<uint8_t*>(aligned);

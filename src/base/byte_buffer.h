@@ -18,7 +18,8 @@ class ByteBuffer {
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
 
   ByteBuffer() = default;
-  // Throws std::bad_alloc when the memory cannot be had.
+  // Throws ds41::Error ("out of memory: ...", with the size) when a mapping cannot be had, and
+  // std::bad_alloc when the heap cannot serve a small buffer.
   explicit ByteBuffer(size_t bytes);
   ~ByteBuffer();
   ByteBuffer(ByteBuffer&& other) noexcept;
