@@ -17,22 +17,25 @@ ByteBuffer::ByteBuffer(size_t bytes) : size_(bytes) {
     data_ = new uint8_t[bytes]();
     return;
   }
-  // One huge page more than needed, so that a 2 MiB boundary with `bytes` after it lies inside;
-  // the slack is never touched, so it costs address space only. Anonymous pages read as zero.
   const auto fail = [&](const char* why) {
     size_ = 0;
     mapping_bytes_ = 0;
     throw Error("out of memory: could not map " + std::to_string(bytes >> 20) + " MiB (" + why + ")");
   };
-  if (bytes > SIZE_MAX - kHugePageBytes) fail("larger than the address space");
-  mapping_bytes_ = bytes + kHugePageBytes;
+  // The size rounded up to whole huge pages, plus one: a 2 MiB boundary with that many bytes
+  // after it then lies inside the mapping, so the advice covers only this mapping and the last
+  // huge page fits too. The slack is never touched: it costs address space only. Anonymous pages
+  // read as zero.
+  if (bytes > SIZE_MAX - 2 * kHugePageBytes) fail("larger than the address space");
+  const size_t whole_pages = (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  mapping_bytes_ = whole_pages + kHugePageBytes;
   void* m = ::mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) fail(std::strerror(errno));
   mapping_ = m;
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(m) + kHugePageBytes - 1) & ~uintptr_t(kHugePageBytes - 1);
   data_ = reinterpret_cast<uint8_t*>(aligned);
 #ifdef MADV_HUGEPAGE
-  ::madvise(data_, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1), MADV_HUGEPAGE);  // advisory
+  ::madvise(data_, whole_pages, MADV_HUGEPAGE);  // advisory
 #endif
 }
 
