@@ -18,8 +18,6 @@ ByteBuffer::ByteBuffer(size_t bytes) : size_(bytes) {
     return;
   }
   const auto fail = [&](const char* why) {
-    size_ = 0;
-    mapping_bytes_ = 0;
     throw Error("out of memory: could not map " + std::to_string(bytes >> 20) + " MiB (" + why + ")");
   };
   // The size rounded up to whole huge pages, plus one: a 2 MiB boundary with that many bytes
@@ -28,10 +26,11 @@ ByteBuffer::ByteBuffer(size_t bytes) : size_(bytes) {
   // read as zero.
   if (bytes > SIZE_MAX - 2 * kHugePageBytes) fail("larger than the address space");
   const size_t whole_pages = (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-  mapping_bytes_ = whole_pages + kHugePageBytes;
-  void* m = ::mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const size_t mapping_bytes = whole_pages + kHugePageBytes;
+  void* m = ::mmap(nullptr, mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) fail(std::strerror(errno));
   mapping_ = m;
+  mapping_bytes_ = mapping_bytes;
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(m) + kHugePageBytes - 1) & ~uintptr_t(kHugePageBytes - 1);
   data_ = reinterpret_cast<uint8_t*>(aligned);
 #ifdef MADV_HUGEPAGE
