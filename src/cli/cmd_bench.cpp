@@ -30,6 +30,9 @@ std::vector<double> load_average() {
 struct RunFigures {
   std::vector<PrefillFigure> prefill;
   std::vector<DecodeFigure> decode;
+  // With `head_screen`: after each decode, as many steps again with the greedy head screen
+  // (model/head_screen.h), in the same order as `decode`.
+  std::vector<DecodeFigure> screened;
   GemmFigure gemm;
 };
 
@@ -37,15 +40,23 @@ struct RunFigures {
 // length is one of the decode contexts.
 RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengths,
                        const std::vector<int64_t>& decode_contexts, int64_t decode_steps, int64_t gemm_rows,
-                       int64_t triad_bytes, ThreadPool* pool, bool verbose) {
+                       int64_t triad_bytes, ThreadPool* pool, bool verbose, bool head_screen) {
   RunFigures r;
   std::map<int64_t, bool> decoded;
   auto decode_from = [&](SequenceState& st) {
     if (verbose) std::fprintf(stderr, "bench: [%s] decode %lld steps at context %lld\n", simd_level_name(simd_level()),
                               (long long)decode_steps, (long long)st.pos);
     r.decode.push_back(bench_decode(m, st, decode_steps, pool));
-    r.decode.back().triad_beside = measure_triad_bandwidth(pool, triad_bytes, 3);
     decoded[r.decode.back().context] = true;
+    if (head_screen) {
+      if (verbose)
+        std::fprintf(stderr, "bench: [%s] decode %lld steps at context %lld, greedy head screen\n",
+                     simd_level_name(simd_level()), (long long)decode_steps, (long long)st.pos);
+      r.screened.push_back(bench_decode(m, st, decode_steps, pool, true));
+    }
+    const double beside = measure_triad_bandwidth(pool, triad_bytes, 3);
+    r.decode.back().triad_beside = beside;
+    if (head_screen) r.screened.back().triad_beside = beside;
   };
   for (int64_t len : prefill_lengths) {
     if (verbose) std::fprintf(stderr, "bench: [%s] prefill %lld tokens\n", simd_level_name(simd_level()), (long long)len);
@@ -63,7 +74,9 @@ RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengt
     }
     decode_from(st);
   }
-  std::sort(r.decode.begin(), r.decode.end(), [](const DecodeFigure& a, const DecodeFigure& b) { return a.context < b.context; });
+  const auto by_context = [](const DecodeFigure& a, const DecodeFigure& b) { return a.context < b.context; };
+  std::sort(r.decode.begin(), r.decode.end(), by_context);
+  std::sort(r.screened.begin(), r.screened.end(), by_context);  // each at its decode's context + steps
   if (gemm_rows > 0) r.gemm = bench_quantized_gemms(m, gemm_rows, pool);
   return r;
 }
@@ -79,7 +92,8 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                             {"quantized_gemm_flops_per_s", 2.0 * double(macs_per_token) * p.tokens_per_s()},
                             {"efficiency_vs_fma_peak", 2.0 * double(macs_per_token) * p.tokens_per_s() / peak}});
   j["decode"] = json::array();
-  for (const DecodeFigure& d : r.decode)
+  for (size_t i = 0; i < r.decode.size(); ++i) {
+    const DecodeFigure& d = r.decode[i];
     j["decode"].push_back({{"context", d.context},
                            {"steps", d.steps},
                            {"seconds", d.seconds},
@@ -97,6 +111,23 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                            {"efficiency_vs_bandwidth_beside", double(d.bytes.total()) * d.tokens_per_s() / d.triad_beside},
                            {"median_efficiency_vs_bandwidth_beside",
                             double(d.bytes.total()) * d.median_tokens_per_s() / d.triad_beside}});
+    if (i < r.screened.size()) {
+      const DecodeFigure& g = r.screened[i];
+      j["decode"].back()["greedy_head_screen"] = {
+          {"context", g.context},
+          {"steps", g.steps},
+          {"seconds", g.seconds},
+          {"tokens_per_s", g.tokens_per_s()},
+          {"median_tokens_per_s", g.median_tokens_per_s()},
+          {"speedup_vs_full_head", d.tokens_per_s() > 0 ? g.tokens_per_s() / d.tokens_per_s() : 0.0},
+          {"bytes_per_token", g.bytes.total()},
+          {"candidates_per_token", g.head_candidates},
+          {"fallbacks", g.head_fallbacks},
+          {"bytes_per_s", double(g.bytes.total()) * g.tokens_per_s()},
+          {"efficiency_vs_bandwidth", double(g.bytes.total()) * g.tokens_per_s() / triad},
+          {"efficiency_vs_bandwidth_beside", double(g.bytes.total()) * g.tokens_per_s() / g.triad_beside}};
+    }
+  }
   if (r.gemm.rows > 0)
     j["quantized_gemms"] = {{"rows", r.gemm.rows},
                             {"flops", r.gemm.flops},
@@ -113,7 +144,7 @@ void print_figures(const char* title, const json& j) {
                 (long long)p["tokens"].get<int64_t>(), p["tokens_per_s"].get<double>(),
                 p["quantized_gemm_flops_per_s"].get<double>() / 1e9, 100.0 * p["efficiency_vs_fma_peak"].get<double>(),
                 p["cpu_share"].get<double>());
-  for (const auto& d : j["decode"])
+  for (const auto& d : j["decode"]) {
     std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth   (cpu share %.2f)\n"
                 "                 median step: %9.2f tok/s = %5.1f%% of bandwidth\n"
                 "                 against the triad measured right after (%.2f GB/s): %5.1f%%, median step %5.1f%%\n",
@@ -124,6 +155,16 @@ void print_figures(const char* title, const json& j) {
                 100.0 * d["median_efficiency_vs_bandwidth"].get<double>(), d["triad_beside_bytes_per_s"].get<double>() / 1e9,
                 100.0 * d["efficiency_vs_bandwidth_beside"].get<double>(),
                 100.0 * d["median_efficiency_vs_bandwidth_beside"].get<double>());
+    if (d.contains("greedy_head_screen")) {
+      const auto& g = d["greedy_head_screen"];
+      std::printf("                 greedy, head screen (context %lld): %9.2f tok/s = %.2fx   %7.1f MB/token (%.0f candidate rows, "
+                  "%lld fallbacks) -> %5.1f%% of bandwidth, %5.1f%% of the triad right after\n",
+                  (long long)g["context"].get<int64_t>(), g["tokens_per_s"].get<double>(),
+                  g["speedup_vs_full_head"].get<double>(), double(g["bytes_per_token"].get<int64_t>()) / 1e6,
+                  g["candidates_per_token"].get<double>(), (long long)g["fallbacks"].get<int64_t>(),
+                  100.0 * g["efficiency_vs_bandwidth"].get<double>(), 100.0 * g["efficiency_vs_bandwidth_beside"].get<double>());
+    }
+  }
   if (j.contains("quantized_gemms")) {
     const auto& g = j["quantized_gemms"];
     std::printf("  FP8/FP4 GEMMs alone, %lld rows: %8.2f GFLOP/s = %5.1f%% of FMA peak\n", (long long)g["rows"].get<int64_t>(),
@@ -182,7 +223,8 @@ int cmd_bench(int argc, char** argv) {
   const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
   const int64_t macs = quantized_macs_per_token(*model);
 
-  const RunFigures simd = run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, triad_mb << 20, &pool, !as_json);
+  const RunFigures simd =
+      run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, triad_mb << 20, &pool, !as_json, true);
   json out;
   out["model"] = dir;
   out["threads"] = pool.size();
@@ -196,11 +238,11 @@ int cmd_bench(int argc, char** argv) {
     RunFigures s;
     {
       ScopedSimdLevel scalar(SimdLevel::Scalar);
-      s = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, !as_json);
+      s = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, !as_json, false);
     }
     out["scalar"] = figures_json(s, triad, peak, macs, pool.size());
     // Speed-ups at the scalar run's shapes, measured again at the active level.
-    const RunFigures same = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, false);
+    const RunFigures same = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, false, false);
     out["speedup_vs_scalar"] = {{"prefill", ratio(same.prefill[0].tokens_per_s(), s.prefill[0].tokens_per_s())},
                                 {"decode", ratio(same.decode[0].tokens_per_s(), s.decode[0].tokens_per_s())},
                                 {"quantized_gemms", ratio(same.gemm.flops_per_s(), s.gemm.flops_per_s())}};

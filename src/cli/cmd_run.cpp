@@ -205,7 +205,9 @@ int cmd_run(int argc, char** argv) {
     stats = r.stats;
     dspark_report = std::move(r.dspark);
   } else {
-    gen.emplace(*model, std::move(st), Sampler(so), &pool, fo);
+    ForwardOptions gen_fo = fo;
+    gen_fo.head_top_k = 5;  // the JSON steps list each token's five largest logits (greedy: exact, head_screen.h)
+    gen.emplace(*model, std::move(st), Sampler(so), &pool, gen_fo);
     gen->feed(prompt, chunk, {}, images.inputs());  // checks the context length before running anything
     stats = gen->generate(lim, [&](int32_t t) { return on_token(t, gen->last_logits().data()); });
   }

@@ -34,6 +34,7 @@ namespace ds41::simd::avx2 {
 #include "kernels/simd_gemm.inc"
 #include "kernels/simd_attention.inc"
 #include "kernels/simd_peak.inc"
+#include "kernels/simd_int8.inc"
 
 extern const KernelTable kTable;
 const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,     dense_packed_bf16,
@@ -41,7 +42,7 @@ const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,    
                             prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
                             indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                            nullptr,            hc_post_simd};
+                            nullptr,            hc_post_simd,    int8_row_dots_simd};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "model/config.h"
 #include "model/dspark.h"
 #include "model/engram_hash.h"
+#include "model/head_screen.h"
 #include "model/layer_plan.h"
 #include "model/sequence_state.h"
 #include "model/weights.h"
@@ -60,6 +62,12 @@ struct ForwardOptions {
   // window rings. Compressors do not run, and every layer's window starts at the call's first
   // position. The caches must end exactly where the call ends. See Model::replay_window.
   bool bounded_replay = false;
+  // Logits the caller needs from a one-position call's LM head (model/head_screen.h): 0 = all of
+  // them; k in 1..HeadScreen::kMaxTopK = only the k largest: every other logit may come back
+  // -inf, while the k largest, their order and their ties are exactly the full product's (greedy
+  // decoding needs k = 1). Calls that return several positions' logits compute all of them.
+  // Negative: all of them, and Generation does not choose a k itself (runtime/generation.h).
+  int head_top_k = 0;
 };
 
 // Observation and intervention points, used by `ds41 dump` and `ds41 conform` (teacher forcing,
@@ -81,6 +89,9 @@ struct ForwardHooks {
   std::function<void(int layer, int s, const std::vector<int32_t>& entries)> on_attention_entries;
   // The candidate pool built for query s at the candidate-source layer (keep flag per entry).
   std::function<void(int layer, int s, const std::vector<uint8_t>& keep)> on_candidates;
+  // A call with ForwardOptions::head_top_k > 0 ran the head screen: whether it decided the top
+  // logits (else the full product ran) and how many rows' exact logits it computed.
+  std::function<void(bool decided, int64_t candidates)> on_head_screen;
 };
 
 // Token type of a position (spec engram_dspark_vision.md §C.3): text, or one of the four kinds of
@@ -178,6 +189,10 @@ class Model {
   // only those positions, bit for bit. The DSpark rings must not hold positions beyond keep_pos.
   void rollback(SequenceState& state, int64_t keep_pos) const;
 
+  // The LM head's int8 screen for calls with ForwardOptions::head_top_k > 0, built on first use
+  // (nullptr if the head cannot have one: model/head_screen.h). Thread-safe.
+  const HeadScreen* head_screen(ThreadPool* pool) const;
+
  private:
   Model() = default;
   // One forward pass over every layer (forward_into checks the inputs and splits a call that
@@ -188,6 +203,8 @@ class Model {
   ModelConfig config_;
   ModelPlan plan_;
   ModelWeights weights_;
+  mutable std::once_flag head_screen_once_;
+  mutable std::unique_ptr<HeadScreen> head_screen_;
   std::vector<float> inv_freq_plain_, inv_freq_compressed_;
   // Engram: raw token id -> compressed id (spec §A.2), and the hashing constants (§A.3-§A.4).
   std::vector<int32_t> compressed_vocab_;

@@ -168,6 +168,11 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
   forward_call(logits, state, tokens, opt, pool, hooks, inputs, image_mask);
 }
 
+const HeadScreen* Model::head_screen(ThreadPool* pool) const {
+  std::call_once(head_screen_once_, [&] { head_screen_ = HeadScreen::build(weights_.head, config_.vocab_size, config_.dim, pool); });
+  return head_screen_.get();
+}
+
 void Model::forward_call(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
                          const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
                          const InputEmbeddings* inputs, const std::vector<uint8_t>* image_mask) const {
@@ -297,7 +302,14 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
     for (int64_t d = 0; d < D; ++d) hf[r * D + d] = bf16_to_f32(hn[d]);
   }
   logits.resize(size_t(rows) * c.vocab_size);
-  linear_f32_wbf16_packed(hf.data(), rows, weights_.head_packed, logits.data(), pool);
+  bool screened = false;
+  if (opt.head_top_k > 0 && rows == 1)
+    if (const HeadScreen* screen = head_screen(pool)) {
+      const HeadScreen::Result r = screen->top_logits(hf.data(), opt.head_top_k, weights_.head, logits.data(), pool);
+      screened = r.decided;
+      if (hooks && hooks->on_head_screen) hooks->on_head_screen(r.decided, r.candidates);
+    }
+  if (!screened) linear_f32_wbf16_packed(hf.data(), rows, weights_.head_packed, logits.data(), pool);
 
   if (journaled) state.index_k_publisher = publisher_after_call;
   state.pos += int64_t(tokens.size());

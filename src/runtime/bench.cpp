@@ -195,15 +195,26 @@ PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, Se
   return {tokens, seconds_since(t0), process_cpu_seconds() - cpu0};
 }
 
-DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool) {
+DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool, bool head_screen) {
   const ModelConfig& c = m.config();
   DecodeFigure f;
+  f.head_screen = head_screen;
+  ForwardOptions fo;
+  fo.head_top_k = head_screen ? 1 : 0;
+  const HeadScreen* screen = head_screen ? m.head_screen(pool) : nullptr;  // built before the timing
+  const int64_t head_bytes = c.vocab_size * c.dim * 2;
   f.context = state.pos;
   steps = std::min<int64_t>(steps, c.max_seq_len - state.pos);
   if (steps <= 0) return f;
   reserve_sequence(state, c, m.plan(), state.pos + steps);
   std::vector<int> used(m.plan().layers.size(), 0);
   ForwardHooks hooks;
+  bool screen_decided = false;
+  int64_t screen_candidates = 0, candidates_sum = 0;
+  hooks.on_head_screen = [&](bool decided, int64_t candidates) {
+    screen_decided = decided;
+    screen_candidates = candidates;
+  };
   hooks.on_experts = [&](int layer, int, const int32_t* ids, int k) {
     int distinct = 0;
     for (int i = 0; i < k; ++i) distinct += std::find(ids, ids + i, ids[i]) == ids + i;
@@ -217,12 +228,19 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
     const int64_t pos = state.pos;
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
-    m.forward_into(logits, state, token, ForwardOptions{}, pool, &hooks);
+    screen_decided = false;
+    screen_candidates = 0;
+    m.forward_into(logits, state, token, fo, pool, &hooks);
     token[0] = argmax_token(logits.data(), c.vocab_size);
     step_seconds.push_back(seconds_since(t0));
     f.seconds += step_seconds.back();
     f.cpu_seconds += process_cpu_seconds() - cpu0;
-    const DecodeBytes b = decode_bytes_per_token(m, used, pos);
+    DecodeBytes b = decode_bytes_per_token(m, used, pos);
+    if (screen) {  // the screen's reads instead of the head's (both when it fell back)
+      b.weights += screen->bytes_read(screen_candidates) - (screen_decided ? head_bytes : 0);
+      candidates_sum += screen_candidates;
+      f.head_fallbacks += !screen_decided;
+    }
     sum.weights += b.weights;
     sum.kv += b.kv;
   }
@@ -230,6 +248,8 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   std::sort(step_seconds.begin(), step_seconds.end());
   const size_t mid = step_seconds.size() / 2;
   f.median_step_seconds = step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);
+  f.head_candidates = double(candidates_sum) / double(steps);
+  if (head_screen && !screen) f.head_fallbacks = steps;  // a head without a screen: the full product
   f.bytes.weights = sum.weights / steps;
   f.bytes.kv = sum.kv / steps;
   return f;

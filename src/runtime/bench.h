@@ -65,14 +65,22 @@ struct DecodeFigure {
   // efficiency is also given against the bandwidth of its own moment, not only the run's start.
   double triad_beside = 0;
   DecodeBytes bytes;    // mean per step
+  // Steps run with the greedy head screen (model/head_screen.h: ForwardOptions::head_top_k = 1):
+  // the head's bytes are then the screen's plus the candidates' rows (plus the whole head on a
+  // step the screen could not decide, counted in head_fallbacks).
+  bool head_screen = false;
+  double head_candidates = 0;  // mean rows per step whose exact logit was computed
+  int64_t head_fallbacks = 0;
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
   double median_tokens_per_s() const { return median_step_seconds > 0 ? 1.0 / median_step_seconds : 0; }
 };
 
 // Prefill of `tokens` random tokens into a fresh sequence (left in `state` for decoding).
 PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, SequenceState& state, uint64_t seed);
-// `steps` greedy decode steps from `state` (its context is state.pos), with the bytes per step.
-DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool);
+// `steps` greedy decode steps from `state` (its context is state.pos), with the bytes per step;
+// with the whole head product, or with the head screen (the path greedy generation takes).
+DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool,
+                          bool head_screen = false);
 
 // The model's FP8 and FP4 GEMMs alone at `rows` activation rows: flop/s of the whole set (each
 // shape weighted by its use per token), for prefill efficiency against the FMA peak.

@@ -47,6 +47,9 @@ struct GenerationStats {
 class Generation {
  public:
   // `state` may already hold a sequence (a loaded session); `pool` may be null (inline).
+  // forward.head_top_k: with a greedy sampler without penalties, 0 (the default) becomes 1 and
+  // k > 0 stays (last_logits() then holds the exact k largest logits, -inf elsewhere:
+  // model/head_screen.h); negative keeps every logit. Sampling and penalties always get all.
   Generation(const Model& model, SequenceState state, const Sampler& sampler, ThreadPool* pool,
              ForwardOptions forward = {});
 

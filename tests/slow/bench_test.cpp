@@ -99,7 +99,20 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_GT(beside, 1e8);
     EXPECT_NEAR(d["efficiency_vs_bandwidth_beside"].get<double>() * beside, d["bytes_per_s"].get<double>(),
                 1e-9 * d["bytes_per_s"].get<double>());
+    // The same number of greedy steps right after, with the head screen: it decided every step,
+    // and read less than the whole bf16 head would have.
+    ASSERT_TRUE(d.contains("greedy_head_screen"));
+    const auto& g = d["greedy_head_screen"];
+    EXPECT_EQ(g["context"].get<int64_t>(), d["context"].get<int64_t>() + 2);
+    EXPECT_EQ(g["steps"], 2);
+    EXPECT_EQ(g["fallbacks"], 0);
+    EXPECT_GT(g["candidates_per_token"].get<double>(), 0.0);
+    EXPECT_LT(g["bytes_per_token"].get<int64_t>(), d["bytes_per_token"].get<int64_t>());
+    EXPECT_NEAR(g["speedup_vs_full_head"].get<double>() * d["tokens_per_s"].get<double>(), g["tokens_per_s"].get<double>(),
+                1e-9 * g["tokens_per_s"].get<double>());
   }
+  if (j.contains("scalar"))
+    for (const auto& d : j["scalar"]["decode"]) EXPECT_FALSE(d.contains("greedy_head_screen"));
   EXPECT_GT(j["figures"]["quantized_gemms"]["flops_per_s"].get<double>(), 0.0);
   EXPECT_TRUE(j["load_average"].contains("before"));
   if (j["simd_level"] != "scalar") {

@@ -10,7 +10,9 @@
 // (only while `g_counting` is set do they count); it is not built with sanitizers (label slow).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <cstdlib>
 #include <new>
 #include <random>
@@ -120,6 +122,26 @@ TEST(DecodeAllocations, SampledGenerationAllocatesNothing) {
   Generation g(*model, std::move(st), Sampler(so), &pool);
   g.feed(counting_prompt(100));
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(g.next_token());
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < 16; ++i) g.next_token();
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+}
+
+// Greedy generation, whose steps take the LM head screen (model/head_screen.h): its candidate
+// count changes from step to step, its buffers are sized for the most it accepts.
+TEST(DecodeAllocations, GreedyGenerationWithTheHeadScreenAllocatesNothing) {
+  auto model = Model::load(test::tiny_model_dir(true));
+  ThreadPool pool(2);
+  SequenceState st = model->new_sequence();
+  reserve_sequence(st, model->config(), model->plan(), 200);
+  Generation g(*model, std::move(st), Sampler(SamplerOptions{}), &pool);
+  g.feed(counting_prompt(100));
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(g.next_token());
+  const auto& logits = g.last_logits();
+  ASSERT_GT(std::count(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity()), 0)
+      << "the screen did not run";
   g_allocations = 0;
   g_counting = true;
   for (int i = 0; i < 16; ++i) g.next_token();

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "../tiny_model.h"
@@ -51,6 +54,62 @@ TEST_F(GenerationTest, GreedyTokensEqualAPlainForwardLoop) {
     EXPECT_EQ(g.pending(), want.back());
     EXPECT_EQ(g.length(), int64_t(prompt_.size() + want.size()));
   }
+}
+
+// The greedy loop's head screen (model/head_screen.h) against the full head product on the same
+// steps: every screened call decides, its top-5 logits are the full product's bit for bit, and
+// Generation uses it for greedy sampling without penalties only.
+TEST_F(GenerationTest, ScreenedHeadGivesTheFullProductsTopLogits) {
+  ThreadPool pool(2);
+  const int64_t V = model_->config().vocab_size;
+  SequenceState full = model_->new_sequence(), screened = model_->new_sequence();
+  ForwardOptions all, top5;
+  top5.head_top_k = 5;
+  int64_t decided = 0, calls = 0, candidates = 0;
+  ForwardHooks hooks;
+  hooks.on_head_screen = [&](bool d, int64_t n) {
+    decided += d;
+    ++calls;
+    candidates += n;
+  };
+  std::vector<float> a = model_->forward(full, prompt_, all, &pool);
+  std::vector<float> b = model_->forward(screened, prompt_, top5, &pool, &hooks);
+  const auto top = [&](const std::vector<float>& v) {
+    std::vector<int32_t> idx(static_cast<size_t>(V));
+    for (int32_t i = 0; i < V; ++i) idx[size_t(i)] = i;
+    std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int32_t x, int32_t y) {
+      return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y);
+    });
+    std::vector<std::pair<int32_t, float>> out;
+    for (int i = 0; i < 5; ++i) out.push_back({idx[size_t(i)], v[size_t(idx[size_t(i)])]});
+    return out;
+  };
+  for (int step = 0; step < 10; ++step) {
+    ASSERT_EQ(top(a), top(b)) << "step " << step;
+    const int32_t t = top(a)[0].first;
+    a = model_->forward(full, {t}, all, &pool);
+    b = model_->forward(screened, {t}, top5, &pool, &hooks);
+  }
+  EXPECT_EQ(calls, 11);
+  EXPECT_EQ(decided, calls) << "the screen fell back to the full product";
+  EXPECT_LT(candidates, calls * 2000);
+  // Generation: screened logits (-inf outside the top) for greedy, every logit otherwise.
+  const auto minus_inf_count = [&](const std::vector<float>& v) {
+    return std::count(v.begin(), v.end(), -std::numeric_limits<float>::infinity());
+  };
+  Generation greedy(*model_, model_->new_sequence(), Sampler(SamplerOptions{}), &pool);
+  greedy.feed(prompt_);
+  EXPECT_GT(minus_inf_count(greedy.last_logits()), V / 2);
+  SamplerOptions penalised;
+  penalised.repetition_penalty = 1.2;
+  Generation pen(*model_, model_->new_sequence(), Sampler(penalised), &pool);
+  pen.feed(prompt_);
+  EXPECT_EQ(minus_inf_count(pen.last_logits()), 0);
+  ForwardOptions keep_all;
+  keep_all.head_top_k = -1;
+  Generation full_gen(*model_, model_->new_sequence(), Sampler(SamplerOptions{}), &pool, keep_all);
+  full_gen.feed(prompt_);
+  EXPECT_EQ(minus_inf_count(full_gen.last_logits()), 0);
 }
 
 TEST_F(GenerationTest, ContinuingAfterAnAnswerFeedsThePendingTokenFirst) {

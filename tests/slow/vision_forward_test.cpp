@@ -132,7 +132,9 @@ TEST_F(VisionForward, GenerationFeedsImagePromptsInChunks) {
   const ImagePrompt p = two_image_prompt(&pool);
   SamplerOptions so;
   so.temperature = 0;
-  Generation gen(*model_, model_->new_sequence(), Sampler(so), &pool);
+  ForwardOptions every_logit;
+  every_logit.head_top_k = -1;  // compared whole below (greedy would otherwise keep only the top: head_screen.h)
+  Generation gen(*model_, model_->new_sequence(), Sampler(so), &pool, every_logit);
   gen.feed({0, 17, 18}, 0);
   const std::optional<int32_t> pending = gen.next_token();  // sampled, not yet in the sequence
   ASSERT_TRUE(pending.has_value());

@@ -1,0 +1,281 @@
+// The LM head screen (model/head_screen.h) and its int8 kernel (kernels/int8_dot.h):
+//  - int8_row_dots equals its scalar twin at every ISA level, extremes included (no saturation);
+//  - top_logits returns exactly the full product's logits for the tokens it computes and -inf for
+//    the others, and its k largest (order and lowest-id ties) are the full product's, over random
+//    heads and vectors of many shapes and scales, exact ties and near-ties (rows one ulp apart);
+//  - it refuses (decided = false) what it cannot decide soundly, and build refuses heads with
+//    non-finite values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "kernels/gemm.h"
+#include "kernels/int8_dot.h"
+#include "kernels/numeric_formats.h"
+#include "kernels/simd_level.h"
+#include "model/head_screen.h"
+
+namespace ds41 {
+namespace {
+
+std::vector<SimdLevel> all_levels() {
+  std::vector<SimdLevel> out{SimdLevel::Scalar};
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi})
+    if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
+  return out;
+}
+
+std::vector<int32_t> row_sums_of(const std::vector<int8_t>& rows, int64_t n, int64_t K) {
+  std::vector<int32_t> s(static_cast<size_t>(n), 0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t k = 0; k < K; ++k) s[size_t(r)] += rows[size_t(r * K + k)];
+  return s;
+}
+
+TEST(Int8RowDots, EveryLevelEqualsTheScalarTwin) {
+  std::mt19937 rng(11);
+  int cases = 0;
+  for (int64_t K : {0, 64, 128, 192, 256, 320, 1024, 1088})
+    for (int64_t n : {1, 2, 3, 4, 5, 17}) {
+      std::vector<int8_t> x(static_cast<size_t>(K)), rows(static_cast<size_t>(n * K));
+      for (auto& v : x) v = int8_t(int(rng() % 255) - 127);
+      for (auto& v : rows) v = int8_t(int(rng() % 255) - 127);
+      if (K > 0 && n > 2) {  // extremes: products of +-127 everywhere (saturation would show)
+        std::fill(x.begin(), x.begin() + K / 2, int8_t(-127));
+        std::fill(rows.begin(), rows.begin() + K, int8_t(127));
+        std::fill(rows.begin() + K, rows.begin() + 2 * K, int8_t(-127));
+      }
+      const std::vector<int32_t> sums = row_sums_of(rows, n, K);
+      std::vector<int32_t> want(static_cast<size_t>(n));
+      int8_row_dots_reference(x.data(), rows.data(), n, K, want.data());
+      for (int64_t r = 0; r < n; ++r) {  // the twin is the plain sum
+        int64_t s = 0;
+        for (int64_t k = 0; k < K; ++k) s += int64_t(x[size_t(k)]) * rows[size_t(r * K + k)];
+        ASSERT_EQ(want[size_t(r)], s);
+      }
+      for (SimdLevel level : all_levels()) {
+        ScopedSimdLevel scoped(level);
+        std::vector<int32_t> got(static_cast<size_t>(n), -1);
+        int8_row_dots(x.data(), rows.data(), sums.data(), n, K, got.data());
+        EXPECT_EQ(got, want) << simd_level_name(level) << " K=" << K << " n=" << n;
+        ++cases;
+      }
+    }
+  EXPECT_GT(cases, 48);
+}
+
+// The longest rows, all products at +-127 * 127: the exact sums come close to 2^31 and the
+// AVX-512 kernel's biased sums pass it (they wrap back exactly).
+TEST(Int8RowDots, LongestRowsStayExact) {
+  const int64_t K = kInt8DotMaxK, n = 3;
+  std::vector<int8_t> x(static_cast<size_t>(K), int8_t(127)), rows(static_cast<size_t>(n * K), int8_t(127));
+  std::fill(rows.begin() + K, rows.begin() + 2 * K, int8_t(-127));
+  for (int64_t k = 0; k < K; k += 2) rows[size_t(2 * K + k)] = int8_t(-127);
+  const std::vector<int32_t> sums = row_sums_of(rows, n, K);
+  const std::vector<int32_t> want = {int32_t(127 * 127 * K), int32_t(-127 * 127 * K), 0};
+  for (SimdLevel level : all_levels()) {
+    ScopedSimdLevel scoped(level);
+    std::vector<int32_t> got(static_cast<size_t>(n));
+    int8_row_dots(x.data(), rows.data(), sums.data(), n, K, got.data());
+    EXPECT_EQ(got, want) << simd_level_name(level);
+  }
+}
+
+TEST(Int8RowDots, RejectsShapesItCannotSum) {
+  std::vector<int8_t> x(128), rows(128);
+  std::vector<int32_t> s(1), out(1);
+  EXPECT_THROW(int8_row_dots(x.data(), rows.data(), s.data(), 1, 100, out.data()), Error);
+  EXPECT_THROW(int8_row_dots(x.data(), rows.data(), s.data(), 1, kInt8DotMaxK + 64, out.data()), Error);
+  EXPECT_THROW(int8_row_dots_reference(x.data(), rows.data(), 1, 65, out.data()), Error);
+}
+
+// The full product the screen must agree with.
+std::vector<float> full_logits(const std::vector<float>& x, const std::vector<uint16_t>& head, int64_t V, int64_t K) {
+  std::vector<float> y(static_cast<size_t>(V));
+  linear_f32_wbf16_reference(x.data(), 1, head.data(), V, K, y.data());
+  return y;
+}
+
+// Token ids of the k largest values, by value then lowest id (the sampler's order).
+std::vector<int64_t> top_ids(const std::vector<float>& v, int k) {
+  std::vector<int64_t> idx(v.size());
+  for (size_t i = 0; i < v.size(); ++i) idx[i] = int64_t(i);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+    return v[size_t(a)] > v[size_t(b)] || (v[size_t(a)] == v[size_t(b)] && a < b);
+  });
+  idx.resize(size_t(k));
+  return idx;
+}
+
+// Checks one screened call against the full product; returns whether it decided.
+bool check_screen(const HeadScreen& screen, const std::vector<float>& x, const std::vector<uint16_t>& head, int64_t V,
+                  int64_t K, int k, ThreadPool* pool, const std::string& what) {
+  const std::vector<float> want = full_logits(x, head, V, K);
+  std::vector<float> got(static_cast<size_t>(V), 12345.f);
+  const HeadScreen::Result r = screen.top_logits(x.data(), k, head.data(), got.data(), pool);
+  if (!r.decided) return false;
+  int64_t computed = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    if (std::isinf(got[size_t(v)]) && got[size_t(v)] < 0) continue;
+    ++computed;
+    uint32_t a, b;
+    std::memcpy(&a, &got[size_t(v)], 4);
+    std::memcpy(&b, &want[size_t(v)], 4);
+    EXPECT_EQ(a, b) << what << ": token " << v << " screened " << got[size_t(v)] << " full " << want[size_t(v)];
+  }
+  EXPECT_EQ(computed, r.candidates) << what;
+  EXPECT_LE(r.candidates, screen.max_candidates()) << what;
+  const int kk = int(std::min<int64_t>(k, V));
+  EXPECT_EQ(top_ids(got, kk), top_ids(want, kk)) << what << " k=" << k;
+  return true;
+}
+
+uint16_t bf16(float v) { return f32_to_bf16(v); }
+
+TEST(HeadScreen, TopLogitsAreTheFullProductsOnes) {
+  std::mt19937 rng(5);
+  ThreadPool pool(3);
+  int decided = 0, calls = 0;
+  for (int64_t K : {16, 64, 100, 256, 1024})
+    for (int64_t V : {1, 7, 300, 5000}) {
+      std::normal_distribution<float> normal(0.f, 1.f);
+      std::vector<uint16_t> head(static_cast<size_t>(V * K));
+      // Rows of different scales, some with outliers, one all zero.
+      for (int64_t v = 0; v < V; ++v) {
+        const float scale = std::ldexp(1.f, int(rng() % 12) - 8);
+        for (int64_t k = 0; k < K; ++k) head[size_t(v * K + k)] = bf16(normal(rng) * scale);
+        if (v % 5 == 1) head[size_t(v * K + int64_t(rng() % uint64_t(K)))] = bf16(40.f * scale);
+        if (v == V / 2 && V > 3) std::fill(head.begin() + v * K, head.begin() + (v + 1) * K, uint16_t(0));
+      }
+      // Exact ties (a duplicated row) and near-ties (one element one bf16 ulp apart).
+      if (V >= 7) {
+        std::copy(head.begin(), head.begin() + K, head.begin() + 3 * K);
+        std::copy(head.begin() + K, head.begin() + 2 * K, head.begin() + 5 * K);
+        head[size_t(5 * K + K / 2)] = uint16_t(head[size_t(5 * K + K / 2)] + 1);
+      }
+      auto screen = HeadScreen::build(head.data(), V, K, &pool);
+      ASSERT_NE(screen, nullptr);
+      for (int trial = 0; trial < 6; ++trial) {
+        std::vector<float> x(static_cast<size_t>(K));
+        for (auto& v : x) v = normal(rng);
+        if (trial == 1) x[size_t(rng() % uint64_t(K))] = 300.f;                 // one huge activation
+        if (trial == 2) for (auto& v : x) v *= std::ldexp(1.f, int(rng() % 40) - 20);  // mixed scales
+        if (trial == 3) for (auto& v : x) v = bf16_to_f32(bf16(v));            // bf16-valued, as the model's
+        // Make a listed row the best one by aiming x at it: exact ties / near-ties at the top.
+        if (trial >= 4 && V >= 7) {
+          const int64_t aim = trial == 4 ? 0 : 1;
+          for (int64_t k = 0; k < K; ++k) x[size_t(k)] = bf16_to_f32(head[size_t(aim * K + k)]) * 3.f;
+        }
+        for (int k : {1, 5}) {
+          const std::string what = "V=" + std::to_string(V) + " K=" + std::to_string(K) + " trial " + std::to_string(trial);
+          decided += check_screen(*screen, x, head, V, K, k, trial % 2 ? &pool : nullptr, what);
+          ++calls;
+        }
+      }
+    }
+  // Most calls narrow the vocabulary (the small ones and the flat ones may not: they fall back).
+  EXPECT_GT(decided, calls / 2);
+}
+
+// A head where the int8 approximation alone ranks the two best tokens the wrong way round: rows
+// built so that one's rounding errors all go up and the other's all go down (x constant, so its
+// own quantization is exact). The screen must still return the exact winner.
+TEST(HeadScreen, FindsTheWinnerTheApproximationMisranks) {
+  const int64_t K = 256, V = 400;
+  const std::vector<float> x(static_cast<size_t>(K), 1.0f);
+  // The screen's documented quantization: s = max|w| / 127, q = round(w / s); with x = 1,
+  // approx = sum_k s q_k and exact = sum_k w_k.
+  const auto approx_of = [&](float top, float rest) {
+    const float s = top / 127.0f;
+    return double(s) * (std::nearbyint(top / s) + double(K - 1) * std::nearbyint(rest / s));
+  };
+  const auto exact_of = [&](float top, float rest) { return double(top) + double(K - 1) * double(rest); };
+  // Search bf16 pairs (top, rest) for two rows A, B with exact_A > exact_B but approx_A < approx_B.
+  float best_gap = 0;
+  std::pair<float, float> A, B;
+  for (float top_a : {1.0f, 0.9375f})
+    for (float top_b : {1.0f, 0.96875f, 0.90625f})
+      for (uint16_t ra = 0x3e80; ra < 0x3f00; ra += 3)
+        for (uint16_t rb = ra - 6; rb < ra + 6; ++rb) {
+          const float a = bf16_to_f32(ra), b = bf16_to_f32(rb);
+          const double ea = exact_of(top_a, a), eb = exact_of(top_b, b);
+          const double gap = approx_of(top_b, b) - approx_of(top_a, a);
+          if (ea > eb && gap > best_gap) best_gap = float(gap), A = {top_a, a}, B = {top_b, b};
+        }
+  ASSERT_GT(best_gap, 0.f) << "no misranked pair found";
+  std::vector<uint16_t> head(static_cast<size_t>(V * K));
+  for (int64_t v = 0; v < V; ++v)  // the rest: far below both
+    for (int64_t k = 0; k < K; ++k) head[size_t(v * K + k)] = bf16(k == 0 ? 1.0f : 0.0625f * float(v % 7) / 7.0f);
+  const auto put = [&](int64_t v, std::pair<float, float> r) {
+    for (int64_t k = 0; k < K; ++k) head[size_t(v * K + k)] = bf16(k == 0 ? r.first : r.second);
+  };
+  put(123, B);  // the approximation's favourite, earlier in the vocabulary
+  put(321, A);  // the exact winner
+  auto screen = HeadScreen::build(head.data(), V, K, nullptr);
+  ASSERT_NE(screen, nullptr);
+  const std::vector<float> want = full_logits(x, head, V, K);
+  ASSERT_EQ(top_ids(want, 1), std::vector<int64_t>{321});
+  std::vector<float> got(static_cast<size_t>(V));
+  ASSERT_TRUE(screen->top_logits(x.data(), 1, head.data(), got.data(), nullptr).decided);
+  EXPECT_EQ(top_ids(got, 1), std::vector<int64_t>{321});
+  EXPECT_EQ(top_ids(got, 2), top_ids(want, 2));
+}
+
+TEST(HeadScreen, EveryLevelGivesTheSameLogits) {
+  std::mt19937 rng(9);
+  const int64_t V = 2000, K = 192;
+  std::normal_distribution<float> normal(0.f, 0.05f);
+  std::vector<uint16_t> head(static_cast<size_t>(V * K));
+  for (auto& w : head) w = bf16(normal(rng));
+  std::vector<float> x(static_cast<size_t>(K));
+  for (auto& v : x) v = bf16_to_f32(bf16(normal(rng) * 20.f));
+  auto screen = HeadScreen::build(head.data(), V, K, nullptr);
+  ASSERT_NE(screen, nullptr);
+  std::vector<float> first;
+  for (SimdLevel level : all_levels()) {
+    ScopedSimdLevel scoped(level);
+    std::vector<float> got(static_cast<size_t>(V));
+    ASSERT_TRUE(screen->top_logits(x.data(), 1, head.data(), got.data(), nullptr).decided) << simd_level_name(level);
+    if (first.empty()) first = got;
+    EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << simd_level_name(level);
+  }
+}
+
+TEST(HeadScreen, RefusesWhatItCannotDecide) {
+  const int64_t V = 600, K = 64;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> head(static_cast<size_t>(V * K));
+  for (auto& w : head) w = bf16(normal(rng));
+  auto screen = HeadScreen::build(head.data(), V, K, nullptr);
+  ASSERT_NE(screen, nullptr);
+  std::vector<float> x(static_cast<size_t>(K), 1.f), out(static_cast<size_t>(V));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    x[7] = bad;
+    EXPECT_FALSE(screen->top_logits(x.data(), 1, head.data(), out.data(), nullptr).decided);
+  }
+  std::fill(x.begin(), x.end(), 0.f);  // every logit is 0: all tokens tie, too many candidates
+  EXPECT_FALSE(screen->top_logits(x.data(), 1, head.data(), out.data(), nullptr).decided);
+  std::fill(x.begin(), x.end(), 1.f);
+  EXPECT_FALSE(screen->top_logits(x.data(), 0, head.data(), out.data(), nullptr).decided);
+  EXPECT_FALSE(screen->top_logits(x.data(), HeadScreen::kMaxTopK + 1, head.data(), out.data(), nullptr).decided);
+  // Heads with a non-finite weight get no screen.
+  for (uint16_t bad : {uint16_t(0x7fc0), uint16_t(0x7f80), uint16_t(0xff80)}) {
+    std::vector<uint16_t> h = head;
+    h[size_t(V * K - 3)] = bad;
+    EXPECT_EQ(HeadScreen::build(h.data(), V, K, nullptr), nullptr);
+  }
+  EXPECT_EQ(HeadScreen::build(head.data(), V, kInt8DotMaxK + 1, nullptr), nullptr);
+  EXPECT_EQ(screen->bytes(), V * K + V * 28);
+  EXPECT_EQ(screen->bytes_read(10), screen->bytes() + 10 * K * 2);
+}
+
+}  // namespace
+}  // namespace ds41
