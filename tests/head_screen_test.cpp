@@ -43,32 +43,35 @@ TEST(Int8RowDots, EveryLevelEqualsTheScalarTwin) {
   std::mt19937 rng(11);
   int cases = 0;
   for (int64_t K : {0, 64, 128, 192, 256, 320, 1024, 1088})
-    for (int64_t n : {1, 2, 3, 4, 5, 17}) {
-      std::vector<int8_t> x(static_cast<size_t>(K)), rows(static_cast<size_t>(n * K));
-      for (auto& v : x) v = int8_t(int(rng() % 255) - 127);
-      for (auto& v : rows) v = int8_t(int(rng() % 255) - 127);
-      if (K > 0 && n > 2) {  // extremes: products of +-127 everywhere (saturation would show)
-        std::fill(x.begin(), x.begin() + K / 2, int8_t(-127));
-        std::fill(rows.begin(), rows.begin() + K, int8_t(127));
-        std::fill(rows.begin() + K, rows.begin() + 2 * K, int8_t(-127));
+    for (int64_t n : {1, 2, 3, 4, 5, 17})
+      for (int64_t vectors : {1, 2, 3, 4, 5, 9}) {  // groups of up to four, and what is left
+        if (vectors > 1 && n > 5 && K > 320) continue;
+        std::vector<int8_t> x(static_cast<size_t>(vectors * K)), rows(static_cast<size_t>(n * K));
+        for (auto& v : x) v = int8_t(int(rng() % 255) - 127);
+        for (auto& v : rows) v = int8_t(int(rng() % 255) - 127);
+        if (K > 0 && n > 2) {  // extremes: products of +-127 everywhere (saturation would show)
+          std::fill(x.begin(), x.begin() + K / 2, int8_t(-127));
+          std::fill(rows.begin(), rows.begin() + K, int8_t(127));
+          std::fill(rows.begin() + K, rows.begin() + 2 * K, int8_t(-127));
+        }
+        const std::vector<int32_t> sums = row_sums_of(rows, n, K);
+        std::vector<int32_t> want(static_cast<size_t>(vectors * n));
+        int8_row_dots_reference(x.data(), vectors, rows.data(), n, K, want.data());
+        for (int64_t i = 0; i < vectors; ++i)
+          for (int64_t r = 0; r < n; ++r) {  // the twin is the plain sum
+            int64_t s = 0;
+            for (int64_t k = 0; k < K; ++k) s += int64_t(x[size_t(i * K + k)]) * rows[size_t(r * K + k)];
+            ASSERT_EQ(want[size_t(i * n + r)], s);
+          }
+        for (SimdLevel level : all_levels()) {
+          ScopedSimdLevel scoped(level);
+          std::vector<int32_t> got(static_cast<size_t>(vectors * n), -1);
+          int8_row_dots(x.data(), vectors, rows.data(), sums.data(), n, K, got.data());
+          EXPECT_EQ(got, want) << simd_level_name(level) << " K=" << K << " n=" << n << " vectors=" << vectors;
+          ++cases;
+        }
       }
-      const std::vector<int32_t> sums = row_sums_of(rows, n, K);
-      std::vector<int32_t> want(static_cast<size_t>(n));
-      int8_row_dots_reference(x.data(), rows.data(), n, K, want.data());
-      for (int64_t r = 0; r < n; ++r) {  // the twin is the plain sum
-        int64_t s = 0;
-        for (int64_t k = 0; k < K; ++k) s += int64_t(x[size_t(k)]) * rows[size_t(r * K + k)];
-        ASSERT_EQ(want[size_t(r)], s);
-      }
-      for (SimdLevel level : all_levels()) {
-        ScopedSimdLevel scoped(level);
-        std::vector<int32_t> got(static_cast<size_t>(n), -1);
-        int8_row_dots(x.data(), rows.data(), sums.data(), n, K, got.data());
-        EXPECT_EQ(got, want) << simd_level_name(level) << " K=" << K << " n=" << n;
-        ++cases;
-      }
-    }
-  EXPECT_GT(cases, 48);
+  EXPECT_GT(cases, 200);
 }
 
 // The longest rows, all products at +-127 * 127: the exact sums come close to 2^31 and the
@@ -83,7 +86,7 @@ TEST(Int8RowDots, LongestRowsStayExact) {
   for (SimdLevel level : all_levels()) {
     ScopedSimdLevel scoped(level);
     std::vector<int32_t> got(static_cast<size_t>(n));
-    int8_row_dots(x.data(), rows.data(), sums.data(), n, K, got.data());
+    int8_row_dots(x.data(), 1, rows.data(), sums.data(), n, K, got.data());
     EXPECT_EQ(got, want) << simd_level_name(level);
   }
 }
@@ -91,9 +94,10 @@ TEST(Int8RowDots, LongestRowsStayExact) {
 TEST(Int8RowDots, RejectsShapesItCannotSum) {
   std::vector<int8_t> x(128), rows(128);
   std::vector<int32_t> s(1), out(1);
-  EXPECT_THROW(int8_row_dots(x.data(), rows.data(), s.data(), 1, 100, out.data()), Error);
-  EXPECT_THROW(int8_row_dots(x.data(), rows.data(), s.data(), 1, kInt8DotMaxK + 64, out.data()), Error);
-  EXPECT_THROW(int8_row_dots_reference(x.data(), rows.data(), 1, 65, out.data()), Error);
+  EXPECT_THROW(int8_row_dots(x.data(), 1, rows.data(), s.data(), 1, 100, out.data()), Error);
+  EXPECT_THROW(int8_row_dots(x.data(), 1, rows.data(), s.data(), 1, kInt8DotMaxK + 64, out.data()), Error);
+  EXPECT_THROW(int8_row_dots(x.data(), -1, rows.data(), s.data(), 1, 64, out.data()), Error);
+  EXPECT_THROW(int8_row_dots_reference(x.data(), 1, rows.data(), 1, 65, out.data()), Error);
 }
 
 // The full product the screen must agree with.
@@ -119,7 +123,7 @@ bool check_screen(const HeadScreen& screen, const std::vector<float>& x, const s
                   int64_t K, int k, ThreadPool* pool, const std::string& what) {
   const std::vector<float> want = full_logits(x, head, V, K);
   std::vector<float> got(static_cast<size_t>(V), 12345.f);
-  const HeadScreen::Result r = screen.top_logits(x.data(), k, head.data(), got.data(), pool);
+  const HeadScreen::Result r = screen.top_logits(x.data(), 1, k, head.data(), got.data(), pool);
   if (!r.decided) return false;
   int64_t computed = 0;
   for (int64_t v = 0; v < V; ++v) {
@@ -223,9 +227,43 @@ TEST(HeadScreen, FindsTheWinnerTheApproximationMisranks) {
   const std::vector<float> want = full_logits(x, head, V, K);
   ASSERT_EQ(top_ids(want, 1), std::vector<int64_t>{321});
   std::vector<float> got(static_cast<size_t>(V));
-  ASSERT_TRUE(screen->top_logits(x.data(), 1, head.data(), got.data(), nullptr).decided);
+  ASSERT_TRUE(screen->top_logits(x.data(), 1, 1, head.data(), got.data(), nullptr).decided);
   EXPECT_EQ(top_ids(got, 1), std::vector<int64_t>{321});
   EXPECT_EQ(top_ids(got, 2), top_ids(want, 2));
+}
+
+// Several vectors in one call (a batched step, a verify block): each vector's logits are the
+// ones a call of its own returns, bit for bit, whatever the group of four it falls in.
+TEST(HeadScreen, SeveralVectorsAtOnceEqualOneByOne) {
+  std::mt19937 rng(21);
+  const int64_t V = 3000, K = 128;
+  std::normal_distribution<float> normal(0.f, 0.1f);
+  std::vector<uint16_t> head(static_cast<size_t>(V * K));
+  for (auto& w : head) w = bf16(normal(rng));
+  ThreadPool pool(2);
+  auto screen = HeadScreen::build(head.data(), V, K, &pool);
+  ASSERT_NE(screen, nullptr);
+  for (int64_t n : {int64_t{2}, int64_t{5}, HeadScreen::kMaxVectors}) {
+    std::vector<float> x(static_cast<size_t>(n * K));
+    for (auto& v : x) v = bf16_to_f32(bf16(normal(rng) * 30.f));
+    std::vector<float> together(static_cast<size_t>(n * V));
+    const HeadScreen::Result r = screen->top_logits(x.data(), n, 3, head.data(), together.data(), &pool);
+    ASSERT_TRUE(r.decided) << n;
+    int64_t candidates = 0;
+    for (int64_t m = 0; m < n; ++m) {
+      std::vector<float> alone(static_cast<size_t>(V));
+      const HeadScreen::Result one = screen->top_logits(x.data() + m * K, 1, 3, head.data(), alone.data(), nullptr);
+      ASSERT_TRUE(one.decided);
+      candidates += one.candidates;
+      EXPECT_EQ(std::memcmp(alone.data(), together.data() + m * V, size_t(V) * 4), 0) << n << " vectors, vector " << m;
+      const std::vector<float> xm(x.begin() + m * K, x.begin() + (m + 1) * K);
+      EXPECT_EQ(top_ids(alone, 3), top_ids(full_logits(xm, head, V, K), 3));
+    }
+    EXPECT_EQ(r.candidates, candidates);
+  }
+  std::vector<float> x(static_cast<size_t>((HeadScreen::kMaxVectors + 1) * K), 1.f),
+      out(static_cast<size_t>((HeadScreen::kMaxVectors + 1) * V));
+  EXPECT_FALSE(screen->top_logits(x.data(), HeadScreen::kMaxVectors + 1, 1, head.data(), out.data(), nullptr).decided);
 }
 
 TEST(HeadScreen, EveryLevelGivesTheSameLogits) {
@@ -242,7 +280,7 @@ TEST(HeadScreen, EveryLevelGivesTheSameLogits) {
   for (SimdLevel level : all_levels()) {
     ScopedSimdLevel scoped(level);
     std::vector<float> got(static_cast<size_t>(V));
-    ASSERT_TRUE(screen->top_logits(x.data(), 1, head.data(), got.data(), nullptr).decided) << simd_level_name(level);
+    ASSERT_TRUE(screen->top_logits(x.data(), 1, 1, head.data(), got.data(), nullptr).decided) << simd_level_name(level);
     if (first.empty()) first = got;
     EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << simd_level_name(level);
   }
@@ -259,13 +297,13 @@ TEST(HeadScreen, RefusesWhatItCannotDecide) {
   std::vector<float> x(static_cast<size_t>(K), 1.f), out(static_cast<size_t>(V));
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     x[7] = bad;
-    EXPECT_FALSE(screen->top_logits(x.data(), 1, head.data(), out.data(), nullptr).decided);
+    EXPECT_FALSE(screen->top_logits(x.data(), 1, 1, head.data(), out.data(), nullptr).decided);
   }
   std::fill(x.begin(), x.end(), 0.f);  // every logit is 0: all tokens tie, too many candidates
-  EXPECT_FALSE(screen->top_logits(x.data(), 1, head.data(), out.data(), nullptr).decided);
+  EXPECT_FALSE(screen->top_logits(x.data(), 1, 1, head.data(), out.data(), nullptr).decided);
   std::fill(x.begin(), x.end(), 1.f);
-  EXPECT_FALSE(screen->top_logits(x.data(), 0, head.data(), out.data(), nullptr).decided);
-  EXPECT_FALSE(screen->top_logits(x.data(), HeadScreen::kMaxTopK + 1, head.data(), out.data(), nullptr).decided);
+  EXPECT_FALSE(screen->top_logits(x.data(), 1, 0, head.data(), out.data(), nullptr).decided);
+  EXPECT_FALSE(screen->top_logits(x.data(), 1, HeadScreen::kMaxTopK + 1, head.data(), out.data(), nullptr).decided);
   // Heads with a non-finite weight get no screen.
   for (uint16_t bad : {uint16_t(0x7fc0), uint16_t(0x7f80), uint16_t(0xff80)}) {
     std::vector<uint16_t> h = head;

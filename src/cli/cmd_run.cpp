@@ -118,6 +118,9 @@ int cmd_run(int argc, char** argv) {
   ForwardOptions fo;
   fo.corrected_index_keys = args.flag("corrected-index-keys");
   fo.prefill = parse_prefill_mode(args.get_or("prefill", "full"));
+  // Greedy decoding needs only the largest logits: the JSON steps list each token's five (exact,
+  // model/head_screen.h). Generation and the speculative decoder keep every logit when sampling.
+  fo.head_top_k = 5;
 
   // A loaded session must be checked before any work: a wrong file is an error, not a new sequence.
   const std::string load_path = args.get_or("load-session", "");
@@ -205,9 +208,7 @@ int cmd_run(int argc, char** argv) {
     stats = r.stats;
     dspark_report = std::move(r.dspark);
   } else {
-    ForwardOptions gen_fo = fo;
-    gen_fo.head_top_k = 5;  // the JSON steps list each token's five largest logits (greedy: exact, head_screen.h)
-    gen.emplace(*model, std::move(st), Sampler(so), &pool, gen_fo);
+    gen.emplace(*model, std::move(st), Sampler(so), &pool, fo);
     gen->feed(prompt, chunk, {}, images.inputs());  // checks the context length before running anything
     stats = gen->generate(lim, [&](int32_t t) { return on_token(t, gen->last_logits().data()); });
   }

@@ -129,8 +129,8 @@ struct KernelTable {
   int64_t (*hc_post_columns)(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
                              int64_t D, int64_t d0, int64_t d1, uint16_t* Xout);
   // int8_row_dots (int8_dot.h), shape already validated.
-  void (*int8_row_dots)(const int8_t* x, const int8_t* rows, const int32_t* row_sums, int64_t n_rows, int64_t K,
-                        int32_t* out);
+  void (*int8_row_dots)(const int8_t* x, int64_t x_count, const int8_t* rows, const int32_t* row_sums, int64_t n_rows,
+                        int64_t K, int32_t* out);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

@@ -92,109 +92,143 @@ int64_t HeadScreen::bytes() const {
 
 int64_t HeadScreen::bytes_read(int64_t candidates) const { return bytes() + candidates * K_ * 2; }
 
-HeadScreen::Result HeadScreen::top_logits(const float* x, int k, const uint16_t* head, float* logits,
-                                          ThreadPool* pool) const {
+HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int k, const uint16_t* head,
+                                          float* logits, ThreadPool* pool) const {
   Result res;
-  if (k < 1 || k > kMaxTopK) return res;
+  if (k < 1 || k > kMaxTopK || n_vectors < 1 || n_vectors > kMaxVectors) return res;
   k = int(std::min<int64_t>(k, V_));
-  const int64_t K = K_;
+  const int64_t K = K_, M = n_vectors;
 
-  // x as int8 h with scale s_x, and what the bound needs of it.
-  double xmax = 0, sq = 0;
-  for (int64_t i = 0; i < K; ++i) {
-    const double a = std::fabs(double(x[i]));
-    if (!(a <= std::numeric_limits<float>::max())) return res;  // inf or NaN: the full product decides
-    xmax = std::max(xmax, a);
-    sq += a * a;
-  }
-  // An fp32 product or sum of the twin could overflow: leave such heads to the full product.
-  if (xmax * max_abs_ * double(K) > 0x1p120) return res;
-  DS41_SCRATCH(int8_t, h, Kp_);  // zero padding past K
-  const double sx = xmax / 127.0;
-  double dmax = 0;
-  int64_t h_abs = 0;
-  for (int64_t i = 0; i < K; ++i) {
-    const int hi = sx > 0 ? int(std::clamp(std::nearbyint(double(x[i]) / sx), -127.0, 127.0)) : 0;
-    h[size_t(i)] = int8_t(hi);
-    h_abs += hi < 0 ? -hi : hi;
-    dmax = std::max(dmax, std::fabs(double(x[i]) - sx * hi));
-  }
-  dmax = dmax * kInflate + xmax * 0x1p-50;
-  const double xnorm = std::sqrt(sq) * kInflate;
+  // Each x as int8 h with scale s_x, and what the bounds need of it.
+  struct VectorTerms {
+    double sx_habs, dmax, twin_scale;
+  };
+  DS41_SCRATCH(int8_t, h, M * Kp_);  // zero padding past K
+  DS41_SCRATCH_UNINIT(VectorTerms, terms, M, 0);
+  DS41_SCRATCH_UNINIT(double, scales, M, 0);
   // Higham's gamma_{K+2} for the twin's recursive fp32 sum of rounded products, u = 2^-24.
   const double u = 0x1p-24, gamma = double(K + 2) * u / (1.0 - double(K + 2) * u);
   const double underflow = double(K) * 0x1p-140;
-  const double sx_habs = sx * double(h_abs);
-  const double twin_scale = gamma * xnorm * kInflate;
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xm = x + m * K;
+    double xmax = 0, sq = 0;
+    for (int64_t i = 0; i < K; ++i) {
+      const double a = std::fabs(double(xm[i]));
+      if (!(a <= std::numeric_limits<float>::max())) return res;  // inf or NaN: the full product decides
+      xmax = std::max(xmax, a);
+      sq += a * a;
+    }
+    // An fp32 product or sum of the twin could overflow: leave such heads to the full product.
+    if (xmax * max_abs_ * double(K) > 0x1p120) return res;
+    const double sx = xmax / 127.0;
+    double dmax = 0;
+    int64_t h_abs = 0;
+    for (int64_t i = 0; i < K; ++i) {
+      const int hi = sx > 0 ? int(std::clamp(std::nearbyint(double(xm[i]) / sx), -127.0, 127.0)) : 0;
+      h[size_t(m * Kp_ + i)] = int8_t(hi);
+      h_abs += hi < 0 ? -hi : hi;
+      dmax = std::max(dmax, std::fabs(double(xm[i]) - sx * hi));
+    }
+    scales[size_t(m)] = sx;
+    terms[size_t(m)] = {sx * double(h_abs), dmax * kInflate + xmax * 0x1p-50, gamma * std::sqrt(sq) * kInflate * kInflate};
+  }
 
   const int64_t chunks = screen_chunks(V_);
-  DS41_SCRATCH_UNINIT(int32_t, dots, V_, 0);
-  DS41_SCRATCH_UNINIT(double, lows, chunks * k, 0);
-  DS41_SCRATCH_UNINIT(int64_t, counts, chunks, 0);
-  DS41_SCRATCH_UNINIT(int64_t, ids, V_, 0);
-  DS41_SCRATCH_UNINIT(double, uppers, V_, 0);
+  // Per chunk c (rows r0..r1): dots [M][r1 - r0] at M * r0; per vector m: its k largest lower
+  // bounds at (c * M + m) * k, and its candidate list (ids, upper bounds) at m * V + r0.
+  DS41_SCRATCH_UNINIT(int32_t, dots, M * V_, 0);
+  DS41_SCRATCH_UNINIT(double, lows, chunks * M * k, 0);
+  DS41_SCRATCH_UNINIT(int64_t, counts, chunks * M, 0);
+  DS41_SCRATCH_UNINIT(int64_t, ids, M * V_, 0);
+  DS41_SCRATCH_UNINIT(double, uppers, M * V_, 0);
   const int8_t* q = reinterpret_cast<const int8_t*>(q_.data());
   const float minus_inf = -std::numeric_limits<float>::infinity();
 
-  // Pass 1, per chunk of rows: the screen, the bounds, the chunk's k largest lower bounds, and
-  // its own candidates against the k-th of them, L_c <= L (a superset of the final ones, listed
-  // with their upper bounds at the chunk's place in ids / uppers while the chunk is in cache).
+  // Pass 1, per chunk of rows: the screen (each row read once for all vectors), the bounds, the
+  // chunk's k largest lower bounds, and its own candidates against the k-th of them, L_c <= L (a
+  // superset of the final ones, listed with their upper bounds while the chunk is in cache).
   parallel_for(pool, chunks, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t r0 = chunk_begin(V_, chunks, c), r1 = chunk_begin(V_, chunks, c + 1);
-      int8_row_dots(h.data(), q + r0 * Kp_, row_sum_.data() + r0, r1 - r0, Kp_, dots.data() + r0);
-      DS41_SCRATCH_UNINIT(double, upper, r1 - r0, 0);
-      DS41_SCRATCH_UNINIT(double, lower, r1 - r0, 0);
-      // A branch-free loop (vectorised), then the selections.
-      for (int64_t v = r0; v < r1; ++v) {
-        const double sv = scale_[size_t(v)], ev = err_[size_t(v)];
-        const double approx = sx * sv * double(dots[size_t(v)]);
-        const double bound = (sx_habs * ev + dmax * (sv * double(abs_sum_[size_t(v)]) + double(K) * ev)) * kInflate +
-                             twin_scale * norm_[size_t(v)] + underflow + std::fabs(approx) * 0x1p-45;
-        upper[size_t(v - r0)] = approx + bound;
-        lower[size_t(v - r0)] = approx - bound;
-        logits[v] = minus_inf;
-      }
-      double* best = lows.data() + c * k;  // descending
-      for (int i = 0; i < k; ++i) best[i] = -std::numeric_limits<double>::infinity();
-      for (int64_t i = 0; i < r1 - r0; ++i) {
-        const double low = lower[size_t(i)];
-        if (low > best[k - 1]) {
-          int j = k - 1;
-          for (; j > 0 && best[j - 1] < low; --j) best[j] = best[j - 1];
-          best[j] = low;
+      const int64_t r0 = chunk_begin(V_, chunks, c), r1 = chunk_begin(V_, chunks, c + 1), n = r1 - r0;
+      int32_t* cd = dots.data() + M * r0;
+      int8_row_dots(h.data(), M, q + r0 * Kp_, row_sum_.data() + r0, n, Kp_, cd);
+      DS41_SCRATCH_UNINIT(double, upper, n, 0);
+      DS41_SCRATCH_UNINIT(double, lower, n, 0);
+      for (int64_t m = 0; m < M; ++m) {
+        const VectorTerms t = terms[size_t(m)];
+        const double sx = scales[size_t(m)];
+        // A branch-free loop (vectorised), then the selections.
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t v = r0 + i;
+          const double sv = scale_[size_t(v)], ev = err_[size_t(v)];
+          const double approx = sx * sv * double(cd[m * n + i]);
+          const double bound = (t.sx_habs * ev + t.dmax * (sv * double(abs_sum_[size_t(v)]) + double(K) * ev)) * kInflate +
+                               t.twin_scale * norm_[size_t(v)] + underflow + std::fabs(approx) * 0x1p-45;
+          upper[size_t(i)] = approx + bound;
+          lower[size_t(i)] = approx - bound;
+          logits[m * V_ + v] = minus_inf;
         }
-      }
-      int64_t n = 0;
-      for (int64_t i = 0; i < r1 - r0; ++i)
-        if (upper[size_t(i)] >= best[k - 1]) {
-          ids[size_t(r0 + n)] = r0 + i;
-          uppers[size_t(r0 + n++)] = upper[size_t(i)];
+        double* best = lows.data() + (c * M + m) * k;  // descending
+        for (int j = 0; j < k; ++j) best[j] = -std::numeric_limits<double>::infinity();
+        for (int64_t i = 0; i < n; ++i) {
+          const double low = lower[size_t(i)];
+          if (low > best[k - 1]) {
+            int j = k - 1;
+            for (; j > 0 && best[j - 1] < low; --j) best[j] = best[j - 1];
+            best[j] = low;
+          }
         }
-      counts[size_t(c)] = n;
+        int64_t listed = 0;
+        int64_t* cids = ids.data() + m * V_ + r0;
+        double* cup = uppers.data() + m * V_ + r0;
+        for (int64_t i = 0; i < n; ++i)
+          if (upper[size_t(i)] >= best[k - 1]) {
+            cids[listed] = r0 + i;
+            cup[listed++] = upper[size_t(i)];
+          }
+        counts[size_t(c * M + m)] = listed;
+      }
     }
   });
-  // L: the k-th largest lower bound over all rows; the candidates: upper bound >= L.
-  std::nth_element(lows.begin(), lows.begin() + (k - 1), lows.begin() + chunks * k, std::greater<double>());
-  const double L = lows[size_t(k - 1)];
-  for (int64_t c = 0; c < chunks && res.candidates <= max_candidates(); ++c) {
-    const int64_t r0 = chunk_begin(V_, chunks, c);
-    for (int64_t i = 0; i < counts[size_t(c)]; ++i)
-      if (uppers[size_t(r0 + i)] >= L) ids[size_t(res.candidates++)] = ids[size_t(r0 + i)];  // r0 + i >= the write position
+
+  // Per vector: L = its k-th largest lower bound over all rows; its candidates: upper bound >= L,
+  // compacted to the front of its ids.
+  DS41_SCRATCH_UNINIT(double, merged, chunks * k, 0);
+  DS41_SCRATCH_UNINIT(int64_t, found, M, 0);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t c = 0; c < chunks; ++c)
+      std::copy_n(lows.data() + (c * M + m) * k, k, merged.data() + c * k);
+    std::nth_element(merged.begin(), merged.begin() + (k - 1), merged.begin() + chunks * k, std::greater<double>());
+    const double L = merged[size_t(k - 1)];
+    int64_t* mids = ids.data() + m * V_;
+    const double* mup = uppers.data() + m * V_;
+    int64_t n = 0;
+    for (int64_t c = 0; c < chunks && n <= max_candidates(); ++c) {
+      const int64_t r0 = chunk_begin(V_, chunks, c);
+      for (int64_t i = 0; i < counts[size_t(c * M + m)]; ++i)
+        if (mup[r0 + i] >= L) mids[n++] = mids[r0 + i];  // r0 + i >= the write position
+    }
+    if (n > max_candidates()) return res;
+    found[size_t(m)] = n;
+    res.candidates += n;
   }
-  if (res.candidates > max_candidates()) return res;
-  // Pass 3: the candidates' bf16 rows side by side, then one dense product over them: the
-  // kernels' lanes run several rows' sequential sums at once, each exactly the twin's
-  // (linear_f32_wbf16 is bit-identical to its reference at every SIMD level).
-  // Sized for the most candidates a decided call can have: a later step with more allocates nothing.
-  DS41_SCRATCH_UNINIT(uint16_t, rows, res.candidates * K, max_candidates() * K);
-  DS41_SCRATCH_UNINIT(float, values, res.candidates, max_candidates());
-  parallel_for(pool, res.candidates, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-      std::memcpy(rows.data() + i * K, head + ids[size_t(i)] * K, size_t(K) * sizeof(uint16_t));
-  });
-  linear_f32_wbf16(x, 1, rows.data(), res.candidates, K, values.data(), pool);
-  for (int64_t i = 0; i < res.candidates; ++i) logits[ids[size_t(i)]] = values[size_t(i)];
+
+  // The candidates' bf16 rows side by side, then one dense product per vector: the kernels' lanes
+  // run several rows' sequential sums at once, each exactly the twin's (linear_f32_wbf16 is
+  // bit-identical to its reference at every SIMD level). Sized for the most candidates a decided
+  // call can have: a later step with more allocates nothing.
+  DS41_SCRATCH_UNINIT(uint16_t, rows, max_candidates() * K, max_candidates() * K);
+  DS41_SCRATCH_UNINIT(float, values, max_candidates(), max_candidates());
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t n = found[size_t(m)];
+    const int64_t* mids = ids.data() + m * V_;
+    parallel_for(pool, n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        std::memcpy(rows.data() + i * K, head + mids[i] * K, size_t(K) * sizeof(uint16_t));
+    });
+    linear_f32_wbf16(x + m * K, 1, rows.data(), n, K, values.data(), pool);
+    for (int64_t i = 0; i < n; ++i) logits[m * V_ + mids[i]] = values[size_t(i)];
+  }
   res.decided = true;
   return res;
 }

@@ -40,8 +40,9 @@ namespace ds41 {
 
 class HeadScreen {
  public:
-  // The largest k top_logits serves.
+  // The largest k and the most vectors one top_logits call serves.
   static constexpr int kMaxTopK = 64;
+  static constexpr int64_t kMaxVectors = 16;
 
   // Quantizes head [vocab][dim] bf16. nullptr when the screen cannot be sound for this head: a
   // non-finite weight, or dim above the int8 kernel's limit.
@@ -49,12 +50,15 @@ class HeadScreen {
 
   struct Result {
     bool decided = false;    // logits hold the exact top k (else the caller runs the full product)
-    int64_t candidates = 0;  // rows whose exact logit was computed
+    int64_t candidates = 0;  // exact logits computed (all vectors)
   };
-  // logits [vocab]: the exact logit (linear_f32_wbf16's value) of every token that may be among
-  // the k largest, -inf for the others. On decided == false the contents are unspecified.
-  // `head` is the bf16 head the screen was built from.
-  Result top_logits(const float* x, int k, const uint16_t* head, float* logits, ThreadPool* pool) const;
+  // For each of n_vectors hidden vectors x [n][dim]: logits [n][vocab] hold the exact logit
+  // (linear_f32_wbf16's value) of every token that may be among that vector's k largest, -inf for
+  // the others. decided only if every vector's were (else the contents are unspecified);
+  // candidates counts them all. The int8 head is read once for up to four vectors. `head` is
+  // the bf16 head the screen was built from.
+  Result top_logits(const float* x, int64_t n_vectors, int k, const uint16_t* head, float* logits,
+                    ThreadPool* pool) const;
 
   int64_t vocab() const { return V_; }
   int64_t dim() const { return K_; }

@@ -62,11 +62,12 @@ struct ForwardOptions {
   // window rings. Compressors do not run, and every layer's window starts at the call's first
   // position. The caches must end exactly where the call ends. See Model::replay_window.
   bool bounded_replay = false;
-  // Logits the caller needs from a one-position call's LM head (model/head_screen.h): 0 = all of
-  // them; k in 1..HeadScreen::kMaxTopK = only the k largest: every other logit may come back
-  // -inf, while the k largest, their order and their ties are exactly the full product's (greedy
-  // decoding needs k = 1). Calls that return several positions' logits compute all of them.
-  // Negative: all of them, and Generation does not choose a k itself (runtime/generation.h).
+  // Logits the caller needs from the LM head, per returned position (model/head_screen.h): 0 =
+  // all of them; k in 1..HeadScreen::kMaxTopK = only the k largest: every other logit may come
+  // back -inf, while the k largest, their order and their ties are exactly the full product's
+  // (greedy decoding needs k = 1). Up to HeadScreen::kMaxVectors returned positions (all_logits
+  // calls, batched steps); more get all logits. Negative: all of them, and Generation does not
+  // choose a k itself (runtime/generation.h).
   int head_top_k = 0;
 };
 

@@ -303,9 +303,9 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
   }
   logits.resize(size_t(rows) * c.vocab_size);
   bool screened = false;
-  if (opt.head_top_k > 0 && rows == 1)
+  if (opt.head_top_k > 0 && rows <= HeadScreen::kMaxVectors)
     if (const HeadScreen* screen = head_screen(pool)) {
-      const HeadScreen::Result r = screen->top_logits(hf.data(), opt.head_top_k, weights_.head, logits.data(), pool);
+      const HeadScreen::Result r = screen->top_logits(hf.data(), rows, opt.head_top_k, weights_.head, logits.data(), pool);
       screened = r.decided;
       if (hooks && hooks->on_head_screen) hooks->on_head_screen(r.decided, r.candidates);
     }

@@ -101,8 +101,13 @@ void Generation::commit_pending_together(const std::vector<Generation*>& gens) {
     states.push_back(&g->state_);
     tokens.push_back(*g->pending_);
   }
+  // The head screen serves the batch only if every generation can take it (one k for all rows:
+  // the largest asked for).
+  ForwardOptions fo = first.forward_;
+  for (Generation* g : todo)
+    fo.head_top_k = g->forward_.head_top_k > 0 && fo.head_top_k > 0 ? std::max(fo.head_top_k, g->forward_.head_top_k) : 0;
   static thread_local std::vector<float> logits;
-  first.model_.forward_batch(logits, states, tokens, first.forward_, first.pool_);
+  first.model_.forward_batch(logits, states, tokens, fo, first.pool_);
   const size_t V = size_t(first.model_.config().vocab_size);
   for (size_t i = 0; i < todo.size(); ++i) {
     todo[i]->logits_.assign(logits.begin() + long(i * V), logits.begin() + long((i + 1) * V));

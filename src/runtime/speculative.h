@@ -36,7 +36,8 @@ struct SpeculativeOptions {
   int draft_tokens = 0;               // drafts per cycle, 1..dspark_block_size (0 = the block size)
   double confidence_threshold = 0.0;  // cut the draft below this cumulative confidence (0 = never)
   SamplerOptions sampling;            // temperature 0: greedy verification
-  ForwardOptions forward;             // index-key reading (main_hidden_out / all_logits are set here)
+  ForwardOptions forward;             // index-key reading (main_hidden_out / all_logits are set here);
+                                      // head_top_k as Generation reads it (greedy without penalties only)
   // Test hook: may rewrite the drafts of a cycle (same count) before verification; `pos` is the
   // position of the first draft.
   std::function<void(int64_t pos, std::vector<int32_t>& drafts)> override_drafts;

@@ -1,10 +1,12 @@
 // Model::forward_batch: one decode step of several sequences together gives, row for row, the
 // logits and the state of each sequence stepped on its own (bit for bit), with Engram, sequences
-// past the window and a compressor group boundary, in both index-key readings; bad batches are
-// refused before anything changes.
+// past the window and a compressor group boundary, in both index-key readings and with the head
+// screen; bad batches are refused before anything changes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
@@ -24,9 +26,12 @@ TEST(BatchForward, EveryRowEqualsItsSequenceSteppedAlone) {
   auto model = Model::load(test::tiny_model_dir(true));
   const ModelConfig& c = model->config();
   ThreadPool pool(2);
-  for (bool corrected : {false, true}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    // Both index-key readings, and the head screen (greedy steps: head_screen.h) on the rows.
+    const bool corrected = variant == 1, screened = variant == 2;
     ForwardOptions opt;
     opt.corrected_index_keys = corrected;
+    opt.head_top_k = screened ? 2 : 0;
     // Prompt lengths: short, odd (a partial compressor group), past the window.
     const std::vector<int> lengths = {3, 57, int(c.window_size) + 21};
     std::vector<SequenceState> alone, batched;
@@ -49,6 +54,8 @@ TEST(BatchForward, EveryRowEqualsItsSequenceSteppedAlone) {
         EXPECT_EQ(0, std::memcmp(one.data(), logits.data() + i * size_t(c.vocab_size), one.size() * sizeof(float)))
             << "corrected " << corrected << " step " << step << " sequence " << i;
         EXPECT_TRUE(test::same_state(alone[i], batched[i])) << "corrected " << corrected << " step " << step << " sequence " << i;
+        if (screened)  // the screen decided: all but its candidates are -inf
+          EXPECT_GT(std::count(one.begin(), one.end(), -std::numeric_limits<float>::infinity()), c.vocab_size / 2);
       }
     }
   }

@@ -7,6 +7,8 @@
 // Generation crosses the window-ring wrap (position 128) and odd/even ratio-2 group boundaries.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -169,6 +171,7 @@ TEST(DSparkSpeculative, GreedyEqualsPlainForEveryDraftLengthAndThreadCount) {
   for (auto [draft, pool] : runs) {
     SpeculativeOptions opt;
     opt.draft_tokens = draft;
+    opt.forward.head_top_k = -1;  // every logit, compared whole below (the head screen: next test)
     const SpecRun s = spec_generate(m, prompt, kGenerate, opt, pool);
     EXPECT_EQ(s.tokens, plain.tokens) << "draft " << draft;
     ASSERT_EQ(s.logits.size(), plain.logits.size());
@@ -179,6 +182,31 @@ TEST(DSparkSpeculative, GreedyEqualsPlainForEveryDraftLengthAndThreadCount) {
     std::printf("draft %d: %lld cycles, %lld drafted, %lld accepted (random weights)\n", draft, (long long)s.stats.cycles,
                 (long long)s.stats.drafted, (long long)s.stats.accepted);
   }
+}
+
+// Greedy verification takes the head screen by default (model/head_screen.h: each verify row
+// needs its argmax only): the same tokens, and every logit it computes is plain decoding's.
+TEST(DSparkSpeculative, GreedyWithTheHeadScreenEqualsPlain) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(kPrompt, 1);
+  ThreadPool two(2);
+  const PlainRun plain = plain_greedy(m, prompt, kGenerate, {}, &two, false);
+  SpeculativeOptions opt;
+  opt.draft_tokens = 3;
+  const SpecRun s = spec_generate(m, prompt, kGenerate, opt, &two);
+  EXPECT_EQ(s.tokens, plain.tokens);
+  ASSERT_EQ(s.logits.size(), plain.logits.size());
+  int64_t screened = 0;
+  for (size_t i = 0; i < s.logits.size(); ++i)
+    for (size_t v = 0; v < s.logits[i].size(); ++v) {
+      const float a = s.logits[i][v];
+      if (std::isinf(a) && a < 0) {
+        ++screened;
+        continue;
+      }
+      ASSERT_EQ(0, std::memcmp(&a, &plain.logits[i][v], 4)) << "token " << i << " id " << v;
+    }
+  EXPECT_GT(screened, int64_t(s.logits.size()) * m.config().vocab_size / 2) << "the screen did not run";
 }
 
 TEST(DSparkSpeculative, GreedyEqualsPlainWithCorrectedIndexKeys) {
