@@ -143,6 +143,14 @@ bool check_screen(const HeadScreen& screen, const std::vector<float>& x, const s
 
 uint16_t bf16(float v) { return f32_to_bf16(v); }
 
+// A head [V][K] of normal bf16 weights with standard deviation sigma.
+std::vector<uint16_t> normal_head(int64_t V, int64_t K, float sigma, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.f, sigma);
+  std::vector<uint16_t> head(static_cast<size_t>(V * K));
+  for (auto& w : head) w = bf16(normal(rng));
+  return head;
+}
+
 TEST(HeadScreen, TopLogitsAreTheFullProductsOnes) {
   std::mt19937 rng(5);
   ThreadPool pool(3);
@@ -238,8 +246,7 @@ TEST(HeadScreen, SeveralVectorsAtOnceEqualOneByOne) {
   std::mt19937 rng(21);
   const int64_t V = 3000, K = 128;
   std::normal_distribution<float> normal(0.f, 0.1f);
-  std::vector<uint16_t> head(static_cast<size_t>(V * K));
-  for (auto& w : head) w = bf16(normal(rng));
+  const std::vector<uint16_t> head = normal_head(V, K, 0.1f, rng);
   ThreadPool pool(2);
   auto screen = HeadScreen::build(head.data(), V, K, &pool);
   ASSERT_NE(screen, nullptr);
@@ -270,8 +277,7 @@ TEST(HeadScreen, EveryLevelGivesTheSameLogits) {
   std::mt19937 rng(9);
   const int64_t V = 2000, K = 192;
   std::normal_distribution<float> normal(0.f, 0.05f);
-  std::vector<uint16_t> head(static_cast<size_t>(V * K));
-  for (auto& w : head) w = bf16(normal(rng));
+  const std::vector<uint16_t> head = normal_head(V, K, 0.05f, rng);
   std::vector<float> x(static_cast<size_t>(K));
   for (auto& v : x) v = bf16_to_f32(bf16(normal(rng) * 20.f));
   auto screen = HeadScreen::build(head.data(), V, K, nullptr);
@@ -289,9 +295,7 @@ TEST(HeadScreen, EveryLevelGivesTheSameLogits) {
 TEST(HeadScreen, RefusesWhatItCannotDecide) {
   const int64_t V = 600, K = 64;
   std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<uint16_t> head(static_cast<size_t>(V * K));
-  for (auto& w : head) w = bf16(normal(rng));
+  const std::vector<uint16_t> head = normal_head(V, K, 1.f, rng);
   auto screen = HeadScreen::build(head.data(), V, K, nullptr);
   ASSERT_NE(screen, nullptr);
   std::vector<float> x(static_cast<size_t>(K), 1.f), out(static_cast<size_t>(V));
