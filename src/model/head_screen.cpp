@@ -130,7 +130,8 @@ HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int
       dmax = std::max(dmax, std::fabs(double(xm[i]) - sx * hi));
     }
     scales[size_t(m)] = sx;
-    terms[size_t(m)] = {sx * double(h_abs), dmax * kInflate + xmax * 0x1p-50, gamma * std::sqrt(sq) * kInflate * kInflate};
+    terms[size_t(m)] = {sx * double(h_abs), dmax * kInflate + xmax * 0x1p-50,
+                        gamma * std::sqrt(sq) * kInflate * kInflate};
   }
 
   const int64_t chunks = screen_chunks(V_);
@@ -162,8 +163,9 @@ HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int
           const int64_t v = r0 + i;
           const double sv = scale_[size_t(v)], ev = err_[size_t(v)];
           const double approx = sx * sv * double(cd[m * n + i]);
-          const double bound = (t.sx_habs * ev + t.dmax * (sv * double(abs_sum_[size_t(v)]) + double(K) * ev)) * kInflate +
-                               t.twin_scale * norm_[size_t(v)] + underflow + std::fabs(approx) * 0x1p-45;
+          const double quantization = t.sx_habs * ev + t.dmax * (sv * double(abs_sum_[size_t(v)]) + double(K) * ev);
+          const double bound =
+              quantization * kInflate + t.twin_scale * norm_[size_t(v)] + underflow + std::fabs(approx) * 0x1p-45;
           upper[size_t(i)] = approx + bound;
           lower[size_t(i)] = approx - bound;
           logits[m * V_ + v] = minus_inf;
