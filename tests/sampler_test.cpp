@@ -272,3 +272,29 @@ TEST(Sampler, DrawFromAllZeroIsAnError) {
 
 }  // namespace
 }  // namespace ds41
+
+namespace ds41 {
+namespace {
+
+// Which decode loops may take the head screen (model/head_screen.h): greedy without penalties.
+TEST(Sampler, HeadTopKOnlyForGreedyWithoutPenalties) {
+  SamplerOptions greedy;
+  EXPECT_EQ(head_top_k_for(greedy, 0), 1);
+  EXPECT_EQ(head_top_k_for(greedy, 5), 5);
+  EXPECT_EQ(head_top_k_for(greedy, -1), 0);
+  SamplerOptions sampled;
+  sampled.temperature = 0.7;
+  EXPECT_EQ(head_top_k_for(sampled, 0), 0);
+  EXPECT_EQ(head_top_k_for(sampled, 5), 0);
+  for (int p = 0; p < 3; ++p) {
+    SamplerOptions penalised;
+    if (p == 0) penalised.repetition_penalty = 1.1;
+    if (p == 1) penalised.presence_penalty = 0.5;
+    if (p == 2) penalised.frequency_penalty = -0.5;
+    EXPECT_EQ(head_top_k_for(penalised, 0), 0) << p;
+    EXPECT_EQ(head_top_k_for(penalised, 5), 0) << p;
+  }
+}
+
+}  // namespace
+}  // namespace ds41

@@ -27,14 +27,7 @@ Generation::Generation(const Model& model, SequenceState state, const Sampler& s
                        ForwardOptions forward)
     : model_(model), state_(std::move(state)), sampler_(sampler), pool_(pool), forward_(forward) {
   forward_.all_logits = false;
-  // Greedy decoding without penalties needs only the argmax (or the caller's k largest): the head
-  // screen finds them exactly from half the head's bytes. Anything that samples or penalises
-  // needs every logit.
-  const SamplerOptions& so = sampler_.options();
-  if (so.greedy() && !so.has_penalties())
-    forward_.head_top_k = forward_.head_top_k == 0 ? 1 : std::max(forward_.head_top_k, 0);
-  else
-    forward_.head_top_k = 0;
+  forward_.head_top_k = head_top_k_for(sampler_.options(), forward_.head_top_k);
 }
 
 void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std::function<void(int64_t, int64_t)>& on_progress,

@@ -41,6 +41,15 @@ struct SamplerOptions {
   }
 };
 
+// The ForwardOptions::head_top_k a decode loop can ask for when it samples with `o`: greedy
+// decoding without penalties needs only the largest logits (the head screen, model/head_screen.h):
+// `requested` if it is > 0, 1 if it is 0; anything that samples or penalises needs every logit (0),
+// as does a negative `requested`.
+inline int head_top_k_for(const SamplerOptions& o, int requested) {
+  if (!o.greedy() || o.has_penalties() || requested < 0) return 0;
+  return requested == 0 ? 1 : requested;
+}
+
 // Every problem with the options, as one message per problem (empty = valid).
 std::vector<std::string> sampler_option_problems(const SamplerOptions& o);
 

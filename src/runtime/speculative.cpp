@@ -99,12 +99,8 @@ SpeculativeDecoder::SpeculativeDecoder(const Model& model, SequenceState& state,
                                        ThreadPool* pool)
     : model_(model), st_(state), opt_(opt), pool_(pool), sampler_(opt.sampling) {
   const ModelConfig& c = model.config();
-  // Greedy verification without penalties needs each row's argmax only (and the caller's k
-  // largest): the head screen, as in Generation. Sampled verification needs every logit.
-  if (opt_.sampling.greedy() && !opt_.sampling.has_penalties())
-    opt_.forward.head_top_k = opt_.forward.head_top_k == 0 ? 1 : std::max(opt_.forward.head_top_k, 0);
-  else
-    opt_.forward.head_top_k = 0;
+  // Greedy verification needs each row's largest logits only (the head screen, as in Generation).
+  opt_.forward.head_top_k = head_top_k_for(opt_.sampling, opt_.forward.head_top_k);
   if (!model.has_dspark()) throw Error("--dspark: this model has no DSpark draft head (dspark_block_size is 0)");
   draft_tokens_ = opt.draft_tokens ? opt.draft_tokens : c.dspark_block_size;
   if (draft_tokens_ < 1 || draft_tokens_ > c.dspark_block_size)
