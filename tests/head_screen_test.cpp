@@ -315,6 +315,14 @@ TEST(HeadScreen, RefusesWhatItCannotDecide) {
     EXPECT_EQ(HeadScreen::build(h.data(), V, K, nullptr), nullptr);
   }
   EXPECT_EQ(HeadScreen::build(head.data(), V, kInt8DotMaxK + 1, nullptr), nullptr);
+  // Rows of subnormal bf16 weights (the row scale's reciprocal overflows fp32) still screen soundly.
+  std::vector<uint16_t> tiny = head;
+  for (int64_t k = 0; k < K; ++k) tiny[size_t(5 * K + k)] = uint16_t((k % 3) == 0 ? 0x0001 : (k % 3) == 1 ? 0x8003 : 0);
+  auto tiny_screen = HeadScreen::build(tiny.data(), V, K, nullptr);
+  ASSERT_NE(tiny_screen, nullptr);
+  std::vector<float> xs(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) xs[size_t(k)] = float(k % 5) - 2.f;
+  EXPECT_TRUE(check_screen(*tiny_screen, xs, tiny, V, K, 3, nullptr, "subnormal row"));
   EXPECT_EQ(screen->bytes(), V * K + V * 28);
   EXPECT_EQ(screen->bytes_read(10), screen->bytes() + 10 * K * 2);
 }

@@ -46,28 +46,34 @@ std::unique_ptr<HeadScreen> HeadScreen::build(const uint16_t* head, int64_t voca
       double largest = 0;
       for (int64_t v = chunk_begin(vocab, chunks, c); v < chunk_begin(vocab, chunks, c + 1); ++v) {
         const uint16_t* w = head + v * dim;
+        // Branch-free loops (the compiler vectorises them): the largest magnitude, then the codes.
         float m = 0.f;
+        bool bad = false;
         for (int64_t k = 0; k < dim; ++k) {
           const float a = std::fabs(bf16_to_f32(w[k]));
-          if (!(a <= std::numeric_limits<float>::max())) {  // inf or NaN
-            finite = false;
-            return;
-          }
-          m = std::max(m, a);
+          bad |= !(a <= std::numeric_limits<float>::max());  // inf or NaN
+          m = a > m ? a : m;
+        }
+        if (bad) {
+          finite = false;
+          return;
         }
         int8_t* q = reinterpret_cast<int8_t*>(s->q_.data()) + v * Kp;
         const float sv = m / 127.0f;
+        const double inv = m > 0 ? 127.0 / double(m) : 0.0;  // finite in double for subnormal m too
         double err = 0, sq = 0;
-        int64_t sum = 0, abs_sum = 0;
+        int32_t sum = 0, abs_sum = 0;
         for (int64_t k = 0; k < dim; ++k) {
-          const double wk = bf16_to_f32(w[k]);
-          int qk = 0;
-          if (sv > 0) qk = int(std::clamp(std::nearbyint(double(bf16_to_f32(w[k]) / sv)), -127.0, 127.0));
+          const float wk = bf16_to_f32(w[k]);
+          // Round to nearest (|wk * inv| <= 127 and a little: adding 1.5 * 2^52 leaves no fraction
+          // bits). Any integer code would do: the error below is measured, not assumed.
+          const double r = (double(wk) * inv + 0x1.8p52) - 0x1.8p52;
+          const int qk = std::clamp(int(r), -127, 127);
           q[k] = int8_t(qk);
           // wk and sv * qk (<= 32 significant bits) are exact doubles of similar size: the
           // difference is exact too; the margin below covers the rare exception.
-          err = std::max(err, std::fabs(wk - double(sv) * qk));
-          sq += wk * wk;
+          err = std::max(err, std::fabs(double(wk) - double(sv) * qk));
+          sq += double(wk) * wk;
           sum += qk;
           abs_sum += qk < 0 ? -qk : qk;
         }
