@@ -3,6 +3,7 @@
 // the last FFN pre-mix -> final norm -> fp32 head.
 #include <cstring>
 #include <filesystem>
+#include <new>
 
 #include "base/error.h"
 #include "base/scratch.h"
@@ -169,7 +170,14 @@ void Model::forward_into(std::vector<float>& logits, SequenceState& state, const
 }
 
 const HeadScreen* Model::head_screen(ThreadPool* pool) const {
-  std::call_once(head_screen_once_, [&] { head_screen_ = HeadScreen::build(weights_.head, config_.vocab_size, config_.dim, pool); });
+  std::call_once(head_screen_once_, [&] {
+    // The screen only saves time: without memory for it, the full product serves every call.
+    try {
+      head_screen_ = HeadScreen::build(weights_.head, config_.vocab_size, config_.dim, pool);
+    } catch (const Error&) {
+    } catch (const std::bad_alloc&) {
+    }
+  });
   return head_screen_.get();
 }
 
