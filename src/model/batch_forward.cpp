@@ -120,12 +120,7 @@ void Model::forward_batch(std::vector<float>& logits, const std::vector<Sequence
     for (int64_t d = 0; d < D; ++d) hf[b * D + d] = bf16_to_f32(hn[d]);
   }
   logits.resize(size_t(B) * c.vocab_size);
-  // The head screen reads the int8 head once for every row (ForwardOptions::head_top_k).
-  bool screened = false;
-  if (opt.head_top_k > 0 && B <= HeadScreen::kMaxVectors)
-    if (const HeadScreen* screen = head_screen(pool))
-      screened = screen->top_logits(hf.data(), B, opt.head_top_k, weights_.head, logits.data(), pool).decided;
-  if (!screened) linear_f32_wbf16_packed(hf.data(), B, weights_.head_packed, logits.data(), pool);
+  head_logits(hf.data(), B, opt, pool, nullptr, logits.data());  // the screen reads its int8 head once for all rows
 
   for (int b = 0; b < B; ++b) {
     SequenceState& st = *states[size_t(b)];

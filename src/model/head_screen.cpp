@@ -22,6 +22,12 @@ int64_t screen_chunks(int64_t V) { return std::min<int64_t>(V, 256); }
 // relative margin (far above the ~10 * 2^-53 it can lose) so that it stays an upper bound.
 constexpr double kInflate = 1.0 + 0x1p-40;
 
+// v rounded to the nearest integer, clamped to the int8 codes [-127, 127], for |v| below 2^51
+// (callers pass v within 127 and a little): adding 1.5 * 2^52 leaves no fraction bits, without a
+// libm call per element. Any code would keep the screen sound (its errors are measured); this one
+// keeps them smallest.
+inline int round_to_code(double v) { return std::clamp(int((v + 0x1.8p52) - 0x1.8p52), -127, 127); }
+
 }  // namespace
 
 std::unique_ptr<HeadScreen> HeadScreen::build(const uint16_t* head, int64_t vocab, int64_t dim, ThreadPool* pool) {
@@ -46,7 +52,7 @@ std::unique_ptr<HeadScreen> HeadScreen::build(const uint16_t* head, int64_t voca
       double largest = 0;
       for (int64_t v = chunk_begin(vocab, chunks, c); v < chunk_begin(vocab, chunks, c + 1); ++v) {
         const uint16_t* w = head + v * dim;
-        // Branch-free loops (the compiler vectorises them): the largest magnitude, then the codes.
+        // The largest magnitude (a non-finite weight flagged without a branch), then the codes.
         float m = 0.f;
         bool bad = false;
         for (int64_t k = 0; k < dim; ++k) {
@@ -65,10 +71,7 @@ std::unique_ptr<HeadScreen> HeadScreen::build(const uint16_t* head, int64_t voca
         int32_t sum = 0, abs_sum = 0;
         for (int64_t k = 0; k < dim; ++k) {
           const float wk = bf16_to_f32(w[k]);
-          // Round to nearest (|wk * inv| <= 127 and a little: adding 1.5 * 2^52 leaves no fraction
-          // bits). Any integer code would do: the error below is measured, not assumed.
-          const double r = (double(wk) * inv + 0x1.8p52) - 0x1.8p52;
-          const int qk = std::clamp(int(r), -127, 127);
+          const int qk = round_to_code(double(wk) * inv);
           q[k] = int8_t(qk);
           // wk and sv * qk (<= 32 significant bits) are exact doubles of similar size: the
           // difference is exact too; the margin below covers the rare exception.
@@ -130,7 +133,7 @@ HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int
     double dmax = 0;
     int64_t h_abs = 0;
     for (int64_t i = 0; i < K; ++i) {
-      const int hi = sx > 0 ? int(std::clamp(std::nearbyint(double(xm[i]) / sx), -127.0, 127.0)) : 0;
+      const int hi = sx > 0 ? round_to_code(double(xm[i]) / sx) : 0;
       h[size_t(m * Kp_ + i)] = int8_t(hi);
       h_abs += hi < 0 ? -hi : hi;
       dmax = std::max(dmax, std::fabs(double(xm[i]) - sx * hi));
@@ -164,7 +167,7 @@ HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int
       for (int64_t m = 0; m < M; ++m) {
         const VectorTerms t = terms[size_t(m)];
         const double sx = scales[size_t(m)];
-        // A branch-free loop (vectorised), then the selections.
+        // The bounds first (a branch-free loop), then the selections.
         for (int64_t i = 0; i < n; ++i) {
           const int64_t v = r0 + i;
           const double sv = scale_[size_t(v)], ev = err_[size_t(v)];

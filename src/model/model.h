@@ -201,6 +201,11 @@ class Model {
   void forward_call(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
                     const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks, const InputEmbeddings* inputs,
                     const std::vector<uint8_t>* image_mask) const;
+  // logits [rows][vocab] from the final hidden rows hf [rows][dim]: the head screen where
+  // opt.head_top_k asks for it and it decides (reported to hooks->on_head_screen), else the whole
+  // head product.
+  void head_logits(const float* hf, int64_t rows, const ForwardOptions& opt, ThreadPool* pool,
+                   const ForwardHooks* hooks, float* logits) const;
   ModelConfig config_;
   ModelPlan plan_;
   ModelWeights weights_;

@@ -181,6 +181,17 @@ const HeadScreen* Model::head_screen(ThreadPool* pool) const {
   return head_screen_.get();
 }
 
+void Model::head_logits(const float* hf, int64_t rows, const ForwardOptions& opt, ThreadPool* pool,
+                        const ForwardHooks* hooks, float* logits) const {
+  if (opt.head_top_k > 0 && rows <= HeadScreen::kMaxVectors)
+    if (const HeadScreen* screen = head_screen(pool)) {
+      const HeadScreen::Result r = screen->top_logits(hf, rows, opt.head_top_k, weights_.head, logits, pool);
+      if (hooks && hooks->on_head_screen) hooks->on_head_screen(r.decided, r.candidates);
+      if (r.decided) return;
+    }
+  linear_f32_wbf16_packed(hf, rows, weights_.head_packed, logits, pool);
+}
+
 void Model::forward_call(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,
                          const ForwardOptions& opt, ThreadPool* pool, const ForwardHooks* hooks,
                          const InputEmbeddings* inputs, const std::vector<uint8_t>* image_mask) const {
@@ -310,14 +321,7 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
     for (int64_t d = 0; d < D; ++d) hf[r * D + d] = bf16_to_f32(hn[d]);
   }
   logits.resize(size_t(rows) * c.vocab_size);
-  bool screened = false;
-  if (opt.head_top_k > 0 && rows <= HeadScreen::kMaxVectors)
-    if (const HeadScreen* screen = head_screen(pool)) {
-      const HeadScreen::Result r = screen->top_logits(hf.data(), rows, opt.head_top_k, weights_.head, logits.data(), pool);
-      screened = r.decided;
-      if (hooks && hooks->on_head_screen) hooks->on_head_screen(r.decided, r.candidates);
-    }
-  if (!screened) linear_f32_wbf16_packed(hf.data(), rows, weights_.head_packed, logits.data(), pool);
+  head_logits(hf.data(), rows, opt, pool, hooks, logits.data());
 
   if (journaled) state.index_k_publisher = publisher_after_call;
   state.pos += int64_t(tokens.size());

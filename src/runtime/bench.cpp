@@ -198,7 +198,6 @@ PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, Se
 DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool, bool head_screen) {
   const ModelConfig& c = m.config();
   DecodeFigure f;
-  f.head_screen = head_screen;
   ForwardOptions fo;
   fo.head_top_k = head_screen ? 1 : 0;
   const HeadScreen* screen = head_screen ? m.head_screen(pool) : nullptr;  // built before the timing

@@ -68,7 +68,6 @@ struct DecodeFigure {
   // Steps run with the greedy head screen (model/head_screen.h: ForwardOptions::head_top_k = 1):
   // the head's bytes are then the screen's plus the candidates' rows (plus the whole head on a
   // step the screen could not decide, counted in head_fallbacks).
-  bool head_screen = false;
   double head_candidates = 0;  // mean rows per step whose exact logit was computed
   int64_t head_fallbacks = 0;
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }

@@ -54,8 +54,9 @@ TEST(BatchForward, EveryRowEqualsItsSequenceSteppedAlone) {
         EXPECT_EQ(0, std::memcmp(one.data(), logits.data() + i * size_t(c.vocab_size), one.size() * sizeof(float)))
             << "corrected " << corrected << " step " << step << " sequence " << i;
         EXPECT_TRUE(test::same_state(alone[i], batched[i])) << "corrected " << corrected << " step " << step << " sequence " << i;
-        if (screened)  // the screen decided: all but its candidates are -inf
+        if (screened) {  // the screen decided: all but its candidates are -inf
           EXPECT_GT(std::count(one.begin(), one.end(), -std::numeric_limits<float>::infinity()), c.vocab_size / 2);
+        }
       }
     }
   }

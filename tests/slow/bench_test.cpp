@@ -111,8 +111,9 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_NEAR(g["speedup_vs_full_head"].get<double>() * d["tokens_per_s"].get<double>(), g["tokens_per_s"].get<double>(),
                 1e-9 * g["tokens_per_s"].get<double>());
   }
-  if (j.contains("scalar"))
+  if (j.contains("scalar")) {
     for (const auto& d : j["scalar"]["decode"]) EXPECT_FALSE(d.contains("greedy_head_screen"));
+  }
   EXPECT_GT(j["figures"]["quantized_gemms"]["flops_per_s"].get<double>(), 0.0);
   EXPECT_TRUE(j["load_average"].contains("before"));
   if (j["simd_level"] != "scalar") {
