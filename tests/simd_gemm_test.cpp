@@ -247,6 +247,54 @@ TEST(SimdGemm, ExtremeBlocksMatchTwin) {
   }
 }
 
+// Blocks at the bounds of the kernels' exactness arguments, which random data seldom reaches:
+// activations all at the E4M3 maximum, or one maximum setting the scale and the rest at the
+// smallest subnormal (-2^-9: every base-2^7 digit of a * 2^9 is 127, the largest 8-bit products)
+// or the largest one; weights all +max, all -max, alternating, or the smallest code. These give
+// the largest running sums of the AVX2 FP8 chain (4 * 448^2 per lane) and the largest int16 pair
+// sums of the FP4 kernels (4 * 2 * 24 * 127 for four groups), at decode and prefill row counts.
+TEST(SimdGemm, WorstCaseSumsMatchTwinAtEveryRowCount) {
+  const auto levels = simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  ThreadPool pool(2);
+  const int64_t N = 40, K = 256;
+  const float tiny = std::ldexp(1.0f, -9);
+  for (int64_t M : {1, 2, 5, 64}) {
+    std::vector<uint16_t> x(size_t(M * K));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t pattern = (k / 32 + m) % 4, i = k % 32;
+        const float v = pattern == 0 ? 448.0f
+                        : pattern == 1 ? (i == 0 ? 448.0f : -tiny)
+                        : pattern == 2 ? (i % 2 ? -448.0f : 448.0f)
+                                       : (i == 0 ? 448.0f : 7.0f * tiny);
+        x[size_t(m * K + k)] = f32_to_bf16(v);
+      }
+    std::vector<uint8_t> w8(size_t(N * K)), w4(size_t(N * K / 2));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t pattern = (n + k / 32) % 4;
+        w8[size_t(n * K + k)] = pattern == 0 ? 0x7e : pattern == 1 ? 0xfe : pattern == 2 ? (k % 2 ? 0xfe : 0x7e) : 0x01;
+        const uint8_t nibble = pattern == 0 ? 0x7 : pattern == 1 ? 0xf : pattern == 2 ? (k % 2 ? 0xf : 0x7) : 0x1;
+        w4[size_t(n * K / 2 + k / 2)] |= uint8_t(k % 2 ? nibble << 4 : nibble);
+      }
+    const std::vector<uint8_t> scale8(size_t(((N + 31) / 32) * (K / 32)), 127), scale4(size_t(N * (K / 32)), 127);
+    const Fp8Matrix W8{w8.data(), scale8.data(), N, K};
+    const Fp4Matrix W4{w4.data(), scale4.data(), N, K};
+    std::vector<uint16_t> twin8(size_t(M * N)), twin4(size_t(M * N)), fast(size_t(M * N));
+    linear_fp8_reference(x.data(), M, W8, twin8.data());
+    linear_fp4_reference(x.data(), M, W4, twin4.data());
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      const Shape s{M, N, K};
+      linear_fp8(x.data(), M, W8, fast.data(), &pool);
+      EXPECT_EQ(first_difference(fast, twin8), -1) << "fp8 " << describe(l, s);
+      linear_fp4(x.data(), M, W4, fast.data(), &pool);
+      EXPECT_EQ(first_difference(fast, twin4), -1) << "fp4 " << describe(l, s);
+    }
+  }
+}
+
 // NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results
 // must still be the twin's bits (NaN payloads included), and only where the NaN reaches.
 TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {

@@ -575,10 +575,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                    const Prepared& p = prepared_list[prep_list[i].job];
                    const int64_t r = prep_list[i].r, K = p.K, KB = K / kBlock;
                    if (job.fp8) {
-                     kt.prepare_fp8_row(job.x + r * K, K, p.codes + r * K, p.f2 + r * KB, p.f1 + r * K, p.special + r);
-                     // The prefill tiles' FMA operand: value * 2^8 (the weights carry 2^-8), exact.
-                     if (p.f64)
-                       for (int64_t k = 0; k < K; ++k) p.f64[r * K + k] = double(p.f1[r * K + k]) * 256.0;
+                     kt.prepare_fp8_row(job.x + r * K, K, p.codes + r * K, p.f2 + r * KB, p.f1 + r * K,
+                                        p.f64 ? p.f64 + r * K : nullptr, p.special + r);
                    } else
                      kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB,
                                         p.i8 + r * simd::fp4_chunk_row_bytes(K), p.i32 + r * KB, p.f2 + r * KB,

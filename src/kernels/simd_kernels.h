@@ -20,7 +20,10 @@ constexpr int64_t kDecodeRowsMax = 4;
 
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
-  // E4M3 activation values as fp32 (the kernels decode weights as w * 2^-8; products are exact).
+  // The decode kernels' operand: the E4M3 activation values as fp32 times a power of two fixed
+  // per level (1 with AVX-512, whose kernels decode weights as w * 2^-8; 2^112 with AVX2, whose
+  // kernel decodes them as w * 2^-120; products are exact either way), in the order that level's
+  // kernel meets the weights (AVX2: per 16 elements, 0-3, 8-11, 4-7, 12-15).
   const float* values;     // [rows][K]
   const float* scales;     // [rows][K/32] act_quant scales (powers of two)
   const uint8_t* codes;    // [rows][K] the E4M3 codes (for the scalar fallback)
@@ -98,9 +101,10 @@ struct KernelTable {
   // act_quant_row (quant.h) for K % 32 == 0, bit for bit; returns false if a block was not
   // finite (such blocks are computed by the scalar act_quant_row).
   bool (*act_quant_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* scales);
-  // One row of Fp8Activations / Fp4Activations from bf16 x (K % 32 == 0).
+  // One row of Fp8Activations / Fp4Activations from bf16 x (K % 32 == 0); `wide` (optional):
+  // the prefill tiles' doubles, value * 2^8.
   void (*prepare_fp8_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* scales, float* values,
-                          uint8_t* special);
+                          double* wide, uint8_t* special);
   void (*prepare_fp4_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* raw_scales, int8_t* chunks,
                           int32_t* offsets, float* scales, uint8_t* special);
   // sparse_attention_row (sparse_attention.h) without the caller's scratch (the kernel keeps its
