@@ -274,9 +274,10 @@ GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool)
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint16_t> x(static_cast<size_t>(rows * max_k)), y(static_cast<size_t>(rows * max_n));
   for (auto& v : x) v = f32_to_bf16(normal(rng));
-  // One untimed pass (scratch buffers, first touch of the weights), then the timed one; the
+  // One untimed pass (scratch buffers, first touch of the weights), then the fastest of three
+  // timed ones (on a shared machine one pass now and then loses a third to a neighbour); the
   // routed experts count k times per token, as in a prefill.
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 4; ++pass) {
     double flops = 0, seconds = 0;
     for (auto* mat : fp8) {
       const auto t0 = Clock::now();
@@ -291,8 +292,10 @@ GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool)
         seconds += seconds_since(t0);
         flops += 2.0 * double(rows) * double(mat->N) * double(mat->K);
       }
-    g.flops = flops;
-    g.seconds = seconds;
+    if (pass == 1 || (pass > 1 && seconds < g.seconds)) {
+      g.flops = flops;
+      g.seconds = seconds;
+    }
   }
   return g;
 }
