@@ -17,9 +17,9 @@
 //      inflated for the double arithmetic that computes it.
 //   3. Candidates: L = the k-th largest lower bound approx_v - B_v. Every token whose logit is
 //      among the k largest (ties included) has approx_v + B_v >= logit_v >= L, so the tokens with
-//      approx_v + B_v >= L contain them all; only those get their exact logit, computed by the
-//      twin itself (linear_f32_wbf16_reference, bit-identical to the full product at every SIMD
-//      level). All other logits are -inf.
+//      approx_v + B_v >= L contain them all; only those get their exact logit, from their bf16
+//      rows gathered side by side through linear_f32_wbf16 (bit-identical to its scalar twin and
+//      to the full product at every SIMD level). All other logits are -inf.
 //
 // So the k largest logits, their order and their ties (lowest id first) are exactly those of the
 // full product; greedy decoding picks the same token. The screen reads dim + 28 bytes per row
