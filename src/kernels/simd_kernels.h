@@ -23,7 +23,7 @@ struct Fp8Activations {
   // The decode kernels' operand: the E4M3 activation values as fp32 times a power of two fixed
   // per level (1 with AVX-512, whose kernels decode weights as w * 2^-8; 2^112 with AVX2, whose
   // kernel decodes them as w * 2^-120; products are exact either way), in the order that level's
-  // kernel meets the weights (AVX2: per 16 elements, 0-3, 8-11, 4-7, 12-15).
+  // kernel meets the weights (AVX2: in each block of 32, element 4l + s at position 8s + l).
   const float* values;     // [rows][K]
   const float* scales;     // [rows][K/32] act_quant scales (powers of two)
   const uint8_t* codes;    // [rows][K] the E4M3 codes (for the scalar fallback)
