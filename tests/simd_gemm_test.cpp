@@ -214,6 +214,23 @@ TEST(SimdGemm, BatchedJobsMatchSingleCalls) {
   EXPECT_THROW(linear_quantized_batch(&neither, 1, &pool), Error);
 }
 
+// Rows [0, rows) of x through W8 and W4 at every SIMD level, against the scalar twins.
+void expect_quantized_twins(const std::vector<uint16_t>& x, int64_t rows, const Fp8Matrix& W8, const Fp4Matrix& W4,
+                            ThreadPool* pool, const std::string& what) {
+  std::vector<uint16_t> twin8(size_t(rows * W8.N)), twin4(size_t(rows * W4.N));
+  linear_fp8_reference(x.data(), rows, W8, twin8.data());
+  linear_fp4_reference(x.data(), rows, W4, twin4.data());
+  for (SimdLevel l : simd_levels()) {
+    ScopedSimdLevel level(l);
+    std::vector<uint16_t> fast(twin8.size(), 0xdead);
+    linear_fp8(x.data(), rows, W8, fast.data(), pool);
+    EXPECT_EQ(first_difference(fast, twin8), -1) << simd_level_name(l) << " fp8 " << what;
+    fast.assign(twin4.size(), 0xdead);
+    linear_fp4(x.data(), rows, W4, fast.data(), pool);
+    EXPECT_EQ(first_difference(fast, twin4), -1) << simd_level_name(l) << " fp4 " << what;
+  }
+}
+
 // Extreme activation blocks: the largest E4M3 magnitudes (a9 = +-448 * 2^9, the int32 limits of
 // the FP4 chunks), the smallest subnormals, and +-448 against 2^-9 in one block (the widest
 // exponent spread an exact FP8 block sum must hold).
@@ -233,18 +250,7 @@ TEST(SimdGemm, ExtremeBlocksMatchTwin) {
   const std::vector<uint8_t> s8(size_t(3), 127), s4(size_t(N * 3), 127);
   const Fp8Matrix W8{w8.data(), s8.data(), N, K};
   const Fp4Matrix W4{w4.data(), s4.data(), N, K};
-  std::vector<uint16_t> twin8(size_t(M * N)), twin4(size_t(M * N)), fast(size_t(M * N));
-  linear_fp8_reference(x.data(), M, W8, twin8.data());
-  linear_fp4_reference(x.data(), M, W4, twin4.data());
-  for (SimdLevel l : levels) {
-    ScopedSimdLevel level(l);
-    for (int64_t rows : {int64_t{1}, M}) {
-      linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
-      EXPECT_EQ(std::memcmp(fast.data(), twin8.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp8";
-      linear_fp4(x.data(), rows, W4, fast.data(), nullptr);
-      EXPECT_EQ(std::memcmp(fast.data(), twin4.data(), size_t(rows * N) * 2), 0) << simd_level_name(l) << " fp4";
-    }
-  }
+  for (int64_t rows : {int64_t{1}, M}) expect_quantized_twins(x, rows, W8, W4, nullptr, std::to_string(rows) + " rows");
 }
 
 // Blocks at the bounds of the kernels' exactness arguments, which random data seldom reaches:
@@ -281,17 +287,7 @@ TEST(SimdGemm, WorstCaseSumsMatchTwinAtEveryRowCount) {
     const std::vector<uint8_t> scale8(size_t(((N + 31) / 32) * (K / 32)), 127), scale4(size_t(N * (K / 32)), 127);
     const Fp8Matrix W8{w8.data(), scale8.data(), N, K};
     const Fp4Matrix W4{w4.data(), scale4.data(), N, K};
-    std::vector<uint16_t> twin8(size_t(M * N)), twin4(size_t(M * N)), fast(size_t(M * N));
-    linear_fp8_reference(x.data(), M, W8, twin8.data());
-    linear_fp4_reference(x.data(), M, W4, twin4.data());
-    for (SimdLevel l : levels) {
-      ScopedSimdLevel level(l);
-      const Shape s{M, N, K};
-      linear_fp8(x.data(), M, W8, fast.data(), &pool);
-      EXPECT_EQ(first_difference(fast, twin8), -1) << "fp8 " << describe(l, s);
-      linear_fp4(x.data(), M, W4, fast.data(), &pool);
-      EXPECT_EQ(first_difference(fast, twin4), -1) << "fp4 " << describe(l, s);
-    }
+    expect_quantized_twins(x, M, W8, W4, &pool, "M=" + std::to_string(M));
   }
 }
 
