@@ -189,6 +189,7 @@ int cmd_bench(int argc, char** argv) {
              {"no-scalar", "", "skip the scalar-kernel comparison", ""},
              {"scalar-prefill", "N", "prefill length of the scalar comparison", "128"},
              {"scalar-decode-tokens", "N", "decode steps (at context 0) of the scalar comparison", "8"},
+             {"warm-up", "N", "tokens of the untimed prefill (and 4 decode steps) run before the figures (0 = none)", "128"},
              {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
              {"json", "", "print the figures as JSON", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
@@ -210,8 +211,10 @@ int cmd_bench(int argc, char** argv) {
   const int64_t triad_mb = args.get_int("triad-mb", 256);
   const int64_t scalar_prefill = args.get_int("scalar-prefill", 128);
   const int64_t scalar_steps = args.get_int("scalar-decode-tokens", 8);
-  if (decode_steps < 1 || gemm_rows < 0 || triad_mb < 1 || scalar_prefill < 1 || scalar_steps < 1)
-    throw Error("ds41 bench: --decode-tokens, --triad-mb, --scalar-prefill and --scalar-decode-tokens must be >= 1, --gemm-rows >= 0");
+  const int64_t warm_up_tokens = args.get_int("warm-up", 128);
+  if (decode_steps < 1 || gemm_rows < 0 || triad_mb < 1 || scalar_prefill < 1 || scalar_steps < 1 || warm_up_tokens < 0)
+    throw Error("ds41 bench: --decode-tokens, --triad-mb, --scalar-prefill and --scalar-decode-tokens must be >= 1, "
+                "--gemm-rows and --warm-up >= 0");
   const bool as_json = args.flag("json");
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
 
@@ -222,6 +225,14 @@ int cmd_bench(int argc, char** argv) {
   auto model = Model::load(dir);
   const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
   const int64_t macs = quantized_macs_per_token(*model);
+  constexpr int64_t kWarmUpSteps = 4;
+  WarmUp warm_up;
+  if (warm_up_tokens > 0) {
+    if (!as_json)
+      std::fprintf(stderr, "bench: warm-up (untimed): prefill %lld tokens, decode %lld steps\n", (long long)warm_up_tokens,
+                   (long long)kWarmUpSteps);
+    warm_up = bench_warm_up(*model, warm_up_tokens, kWarmUpSteps, &pool);
+  }
 
   const RunFigures simd =
       run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, triad_mb << 20, &pool, !as_json, true);
@@ -232,6 +243,8 @@ int cmd_bench(int argc, char** argv) {
   out["machine"] = {{"triad_bytes_per_s", triad}, {"fma_peak_flops", peak}, {"fma_peak_level", simd_level_name(simd_level_supported())}};
   out["quantized_macs_per_token"] = macs;
   out["locked_bytes"] = locked;
+  out["warm_up"] = {{"prefill_tokens", warm_up.prefill_tokens}, {"decode_steps", warm_up.decode_steps},
+                    {"seconds", warm_up.seconds}};
   out["figures"] = figures_json(simd, triad, peak, macs, pool.size());
   if (!args.flag("no-scalar") && simd_level() != SimdLevel::Scalar) {
     const int64_t rows = gemm_rows > 0 ? std::min<int64_t>(gemm_rows, 64) : 0;

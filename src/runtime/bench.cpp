@@ -254,6 +254,20 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   return f;
 }
 
+WarmUp bench_warm_up(const Model& m, int64_t tokens, int64_t steps, ThreadPool* pool) {
+  const ModelConfig& c = m.config();
+  WarmUp w;
+  const auto t0 = Clock::now();
+  const int64_t prefill_tokens = std::min(tokens, c.max_seq_len - std::max<int64_t>(steps, 0));
+  if (prefill_tokens < 1) return w;
+  w.prefill_tokens = prefill_tokens;
+  SequenceState state;
+  bench_prefill(m, w.prefill_tokens, pool, state, /*seed=*/0);
+  if (steps > 0) w.decode_steps = bench_decode(m, state, steps, pool).steps;
+  w.seconds = seconds_since(t0);
+  return w;
+}
+
 GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool) {
   GemmFigure g;
   g.rows = rows;

@@ -67,6 +67,23 @@ TEST(Bench, CompressorBytesAreTheCheckpointsTensorBytes) {
   }
 }
 
+// The warm-up runs what it says (clamped to the model's length), on a sequence of its own.
+TEST(Bench, WarmUpRunsAPrefillAndDecodeStepsWithinTheModelsLength) {
+  const std::string dir = test::tiny_model_dir(false);
+  auto model = Model::load(dir);
+  ThreadPool pool(2);
+  const WarmUp w = bench_warm_up(*model, 12, 3, &pool);
+  EXPECT_EQ(w.prefill_tokens, 12);
+  EXPECT_EQ(w.decode_steps, 3);
+  EXPECT_GT(w.seconds, 0.0);
+  // Nothing when no token is asked for, or when the decode steps alone fill the model's length.
+  for (const WarmUp none : {bench_warm_up(*model, 0, 2, &pool), bench_warm_up(*model, 5, model->config().max_seq_len, &pool)}) {
+    EXPECT_EQ(none.prefill_tokens, 0);
+    EXPECT_EQ(none.decode_steps, 0);
+    EXPECT_EQ(none.seconds, 0.0);
+  }
+}
+
 using test::CommandResult;
 using test::run_ds41;
 
@@ -74,10 +91,13 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
   const std::string dir = test::tiny_model_dir(false);
   auto r = run_ds41("bench -m " + dir +
                     " --json --threads 2 --prefill-lengths 16,40 --decode-contexts 0,40 --decode-tokens 2 --gemm-rows 8"
-                    " --triad-mb 8 --scalar-prefill 8 --scalar-decode-tokens 1");
+                    " --triad-mb 8 --scalar-prefill 8 --scalar-decode-tokens 1 --warm-up 8");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["threads"], 2);
+  EXPECT_EQ(j["warm_up"]["prefill_tokens"], 8);
+  EXPECT_EQ(j["warm_up"]["decode_steps"], 4);
+  EXPECT_GT(j["warm_up"]["seconds"].get<double>(), 0.0);
   EXPECT_GT(j["machine"]["triad_bytes_per_s"].get<double>(), 1e8);
   EXPECT_GT(j["machine"]["fma_peak_flops"].get<double>(), 1e8);
   ASSERT_EQ(j["figures"]["prefill"].size(), 2u);
@@ -127,6 +147,9 @@ TEST(Bench, BadOptionsAreErrors) {
   auto r = run_ds41("bench -m " + dir + " --prefill-lengths 0");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--prefill-lengths"), std::string::npos) << r.err;
+  r = run_ds41("bench -m " + dir + " --warm-up -1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--warm-up"), std::string::npos) << r.err;
   r = run_ds41("bench");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("-m DIR"), std::string::npos) << r.err;
