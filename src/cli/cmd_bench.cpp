@@ -38,7 +38,7 @@ struct RunFigures {
 
 // Prefills at every length and decodes at every context, reusing a prefill's sequence when its
 // length is one of the decode contexts.
-RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengths,
+RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengths, int64_t prefill_repeats,
                        const std::vector<int64_t>& decode_contexts, int64_t decode_steps, int64_t gemm_rows,
                        int64_t triad_bytes, ThreadPool* pool, bool verbose, bool head_screen) {
   RunFigures r;
@@ -61,7 +61,9 @@ RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengt
   for (int64_t len : prefill_lengths) {
     if (verbose) std::fprintf(stderr, "bench: [%s] prefill %lld tokens\n", simd_level_name(simd_level()), (long long)len);
     SequenceState st;
-    r.prefill.push_back(bench_prefill(m, len, pool, st, uint64_t(len)));
+    std::vector<PrefillFigure> runs;
+    for (int64_t i = 0; i < prefill_repeats; ++i) runs.push_back(bench_prefill(m, len, pool, st, uint64_t(len)));
+    r.prefill.push_back(median_prefill(runs));
     if (std::find(decode_contexts.begin(), decode_contexts.end(), len) != decode_contexts.end()) decode_from(st);
   }
   for (int64_t ctx : decode_contexts) {
@@ -90,7 +92,8 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                             {"cpu_share", p.cpu_seconds / std::max(p.seconds * threads, 1e-9)},
                             {"tokens_per_s", p.tokens_per_s()},
                             {"quantized_gemm_flops_per_s", 2.0 * double(macs_per_token) * p.tokens_per_s()},
-                            {"efficiency_vs_fma_peak", 2.0 * double(macs_per_token) * p.tokens_per_s() / peak}});
+                            {"efficiency_vs_fma_peak", 2.0 * double(macs_per_token) * p.tokens_per_s() / peak},
+                            {"run_seconds", p.run_seconds}});
   j["decode"] = json::array();
   for (size_t i = 0; i < r.decode.size(); ++i) {
     const DecodeFigure& d = r.decode[i];
@@ -139,11 +142,20 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
 
 void print_figures(const char* title, const json& j) {
   std::printf("%s\n", title);
-  for (const auto& p : j["prefill"])
-    std::printf("  prefill %6lld tokens  %9.2f tok/s   quantized GEMMs %8.2f GFLOP/s = %5.1f%% of FMA peak   (cpu share %.2f)\n",
+  for (const auto& p : j["prefill"]) {
+    std::printf("  prefill %6lld tokens  %9.2f tok/s   quantized GEMMs %8.2f GFLOP/s = %5.1f%% of FMA peak   (cpu share %.2f)",
                 (long long)p["tokens"].get<int64_t>(), p["tokens_per_s"].get<double>(),
                 p["quantized_gemm_flops_per_s"].get<double>() / 1e9, 100.0 * p["efficiency_vs_fma_peak"].get<double>(),
                 p["cpu_share"].get<double>());
+    const auto& runs = p["run_seconds"];
+    if (runs.size() > 1) {
+      double lo = runs[0].get<double>(), hi = lo;
+      for (const auto& t : runs) lo = std::min(lo, t.get<double>()), hi = std::max(hi, t.get<double>());
+      const double tokens = double(p["tokens"].get<int64_t>());
+      std::printf("   median of %zu runs, %.2f-%.2f tok/s", runs.size(), tokens / hi, tokens / lo);
+    }
+    std::printf("\n");
+  }
   for (const auto& d : j["decode"]) {
     std::printf("  decode at %6lld      %9.2f tok/s   %7.1f MB/token (KV %6.2f MB) -> %6.2f GB/s = %5.1f%% of bandwidth   (cpu share %.2f)\n"
                 "                 median step: %9.2f tok/s = %5.1f%% of bandwidth\n"
@@ -187,6 +199,7 @@ int cmd_bench(int argc, char** argv) {
              {"gemm-rows", "N", "activation rows of the FP8/FP4 GEMM measurement (0 = skip)", "512"},
              {"triad-mb", "N", "size of each STREAM triad array in MiB", "256"},
              {"no-scalar", "", "skip the scalar-kernel comparison", ""},
+             {"prefill-repeats", "N", "runs of each prefill length (the median is reported)", "1"},
              {"scalar-prefill", "N", "prefill length of the scalar comparison", "128"},
              {"scalar-decode-tokens", "N", "decode steps (at context 0) of the scalar comparison", "8"},
              {"warm-up", "N", "tokens of the untimed prefill (and 4 decode steps) run before the figures (0 = none)", "128"},
@@ -212,9 +225,11 @@ int cmd_bench(int argc, char** argv) {
   const int64_t scalar_prefill = args.get_int("scalar-prefill", 128);
   const int64_t scalar_steps = args.get_int("scalar-decode-tokens", 8);
   const int64_t warm_up_tokens = args.get_int("warm-up", 128);
-  if (decode_steps < 1 || gemm_rows < 0 || triad_mb < 1 || scalar_prefill < 1 || scalar_steps < 1 || warm_up_tokens < 0)
-    throw Error("ds41 bench: --decode-tokens, --triad-mb, --scalar-prefill and --scalar-decode-tokens must be >= 1, "
-                "--gemm-rows and --warm-up >= 0");
+  const int64_t prefill_repeats = args.get_int("prefill-repeats", 1);
+  if (decode_steps < 1 || gemm_rows < 0 || triad_mb < 1 || scalar_prefill < 1 || scalar_steps < 1 || warm_up_tokens < 0 ||
+      prefill_repeats < 1)
+    throw Error("ds41 bench: --decode-tokens, --triad-mb, --prefill-repeats, --scalar-prefill and --scalar-decode-tokens "
+                "must be >= 1, --gemm-rows and --warm-up >= 0");
   const bool as_json = args.flag("json");
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
 
@@ -235,7 +250,8 @@ int cmd_bench(int argc, char** argv) {
   }
 
   const RunFigures simd =
-      run_figures(*model, prefill_lengths, decode_contexts, decode_steps, gemm_rows, triad_mb << 20, &pool, !as_json, true);
+      run_figures(*model, prefill_lengths, prefill_repeats, decode_contexts, decode_steps, gemm_rows, triad_mb << 20,
+                  &pool, !as_json, true);
   json out;
   out["model"] = dir;
   out["threads"] = pool.size();
@@ -251,11 +267,12 @@ int cmd_bench(int argc, char** argv) {
     RunFigures s;
     {
       ScopedSimdLevel scalar(SimdLevel::Scalar);
-      s = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, !as_json, false);
+      s = run_figures(*model, {scalar_prefill}, 1, {0}, scalar_steps, rows, triad_mb << 20, &pool, !as_json, false);
     }
     out["scalar"] = figures_json(s, triad, peak, macs, pool.size());
     // Speed-ups at the scalar run's shapes, measured again at the active level.
-    const RunFigures same = run_figures(*model, {scalar_prefill}, {0}, scalar_steps, rows, triad_mb << 20, &pool, false, false);
+    const RunFigures same =
+        run_figures(*model, {scalar_prefill}, 1, {0}, scalar_steps, rows, triad_mb << 20, &pool, false, false);
     out["speedup_vs_scalar"] = {{"prefill", ratio(same.prefill[0].tokens_per_s(), s.prefill[0].tokens_per_s())},
                                 {"decode", ratio(same.decode[0].tokens_per_s(), s.decode[0].tokens_per_s())},
                                 {"quantized_gemms", ratio(same.gemm.flops_per_s(), s.gemm.flops_per_s())}};

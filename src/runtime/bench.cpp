@@ -192,7 +192,23 @@ PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, Se
   const double cpu0 = process_cpu_seconds();
   const auto t0 = Clock::now();
   m.forward_into(logits, state, prompt, ForwardOptions{}, pool);
-  return {tokens, seconds_since(t0), process_cpu_seconds() - cpu0};
+  PrefillFigure f;
+  f.tokens = tokens;
+  f.seconds = seconds_since(t0);
+  f.cpu_seconds = process_cpu_seconds() - cpu0;
+  f.run_seconds = {f.seconds};
+  return f;
+}
+
+PrefillFigure median_prefill(const std::vector<PrefillFigure>& runs) {
+  if (runs.empty()) throw Error("bench: no prefill run to take the median of");
+  std::vector<size_t> order(runs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return runs[a].seconds < runs[b].seconds; });
+  PrefillFigure f = runs[order[(order.size() - 1) / 2]];
+  f.run_seconds.clear();
+  for (const PrefillFigure& r : runs) f.run_seconds.push_back(r.seconds);
+  return f;
 }
 
 DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool, bool head_screen) {

@@ -50,6 +50,9 @@ int64_t quantized_macs_per_token(const Model& m);
 struct PrefillFigure {
   int64_t tokens = 0;
   double seconds = 0, cpu_seconds = 0;
+  // With several runs of the same length (bench --prefill-repeats): every run's seconds in order;
+  // seconds and cpu_seconds above are then the median run's (the lower one of an even count).
+  std::vector<double> run_seconds;
   double tokens_per_s() const { return seconds > 0 ? double(tokens) / seconds : 0; }
 };
 struct DecodeFigure {
@@ -80,6 +83,10 @@ PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, Se
 // with the whole head product, or with the head screen (the path greedy generation takes).
 DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool,
                           bool head_screen = false);
+
+// The median of several runs of one length (each a PrefillFigure of one run), with every run's
+// seconds kept; `runs` must not be empty.
+PrefillFigure median_prefill(const std::vector<PrefillFigure>& runs);
 
 // An untimed prefill of `tokens` random tokens (at most the model's length less `steps`) and
 // `steps` decode steps on a sequence of its own, before any timed figure: the first pass over a

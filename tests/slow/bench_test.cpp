@@ -2,11 +2,13 @@
 // tensor sizes, and the command end to end on the tiny model (JSON fields, errors).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -67,6 +69,29 @@ TEST(Bench, CompressorBytesAreTheCheckpointsTensorBytes) {
   }
 }
 
+// The median run of a prefill length, every run's seconds kept in order.
+TEST(Bench, PrefillRepeatsReportTheMedianRun) {
+  auto run = [](double seconds, double cpu) {
+    PrefillFigure f;
+    f.tokens = 64;
+    f.seconds = seconds;
+    f.cpu_seconds = cpu;
+    return f;
+  };
+  PrefillFigure m = median_prefill({run(0.5, 1.0), run(0.2, 0.4), run(0.9, 1.5)});
+  EXPECT_EQ(m.seconds, 0.5);
+  EXPECT_EQ(m.cpu_seconds, 1.0);  // the median run's own
+  EXPECT_EQ(m.tokens, 64);
+  EXPECT_EQ(m.run_seconds, (std::vector<double>{0.5, 0.2, 0.9}));
+  m = median_prefill({run(0.3, 0.6), run(0.1, 0.2), run(0.4, 0.8), run(0.2, 0.3)});
+  EXPECT_EQ(m.seconds, 0.2);  // the lower of the two middle runs
+  EXPECT_EQ(m.cpu_seconds, 0.3);
+  m = median_prefill({run(0.7, 1.2)});
+  EXPECT_EQ(m.seconds, 0.7);
+  EXPECT_EQ(m.run_seconds, std::vector<double>{0.7});
+  EXPECT_THROW(median_prefill({}), Error);
+}
+
 // The warm-up runs what it says (clamped to the model's length), on a sequence of its own.
 TEST(Bench, WarmUpRunsAPrefillAndDecodeStepsWithinTheModelsLength) {
   const std::string dir = test::tiny_model_dir(false);
@@ -91,7 +116,7 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
   const std::string dir = test::tiny_model_dir(false);
   auto r = run_ds41("bench -m " + dir +
                     " --json --threads 2 --prefill-lengths 16,40 --decode-contexts 0,40 --decode-tokens 2 --gemm-rows 8"
-                    " --triad-mb 8 --scalar-prefill 8 --scalar-decode-tokens 1 --warm-up 8");
+                    " --triad-mb 8 --scalar-prefill 8 --scalar-decode-tokens 1 --warm-up 8 --prefill-repeats 3");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["threads"], 2);
@@ -103,6 +128,16 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
   ASSERT_EQ(j["figures"]["prefill"].size(), 2u);
   EXPECT_EQ(j["figures"]["prefill"][1]["tokens"], 40);
   EXPECT_GT(j["figures"]["prefill"][1]["tokens_per_s"].get<double>(), 0.0);
+  for (const auto& p : j["figures"]["prefill"]) {  // three runs each, the median reported
+    const auto runs = p["run_seconds"].get<std::vector<double>>();
+    ASSERT_EQ(runs.size(), 3u);
+    std::vector<double> sorted = runs;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(p["seconds"].get<double>(), sorted[1]);
+    EXPECT_NEAR(p["tokens_per_s"].get<double>() * sorted[1], double(p["tokens"].get<int64_t>()), 1e-9);
+  }
+  ASSERT_EQ(j["scalar"]["prefill"].size(), 1u);  // the scalar comparison runs once
+  EXPECT_EQ(j["scalar"]["prefill"][0]["run_seconds"].size(), 1u);
   ASSERT_EQ(j["figures"]["decode"].size(), 2u);
   EXPECT_EQ(j["figures"]["decode"][0]["context"], 0);
   EXPECT_EQ(j["figures"]["decode"][1]["context"], 40);  // decoded from the 40-token prefill
@@ -147,6 +182,9 @@ TEST(Bench, BadOptionsAreErrors) {
   auto r = run_ds41("bench -m " + dir + " --prefill-lengths 0");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--prefill-lengths"), std::string::npos) << r.err;
+  r = run_ds41("bench -m " + dir + " --prefill-repeats 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--prefill-repeats"), std::string::npos) << r.err;
   r = run_ds41("bench -m " + dir + " --warm-up -1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--warm-up"), std::string::npos) << r.err;
