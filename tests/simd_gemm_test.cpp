@@ -109,7 +109,8 @@ std::string describe(SimdLevel l, const Shape& s) {
 // K multiples of 32 with 1..13 blocks (tails of the 4- and 8-block reductions), N odd and even.
 const Shape kQuantizedShapes[] = {{1, 1, 32},   {1, 37, 96},   {1, 64, 256},   {1, 19, 416},
                                   {2, 21, 160}, {3, 40, 288},  {5, 33, 224},   {17, 9, 64},
-                                  {16, 24, 352}, {33, 17, 128}, {130, 11, 96}, {1, 200, 1024}};
+                                  {16, 24, 352}, {33, 17, 128}, {130, 11, 96}, {1, 200, 1024},
+                                  {4, 29, 192},  {4, 8, 32},    {3, 13, 32}};
 
 // K with every remainder mod 16, N not a multiple of the 8- or 2-row groups; packed groups (8
 // blocks of 16 rows) of every width from 1 to 8, with and without tail rows.
@@ -265,7 +266,7 @@ TEST(SimdGemm, WorstCaseSumsMatchTwinAtEveryRowCount) {
   ThreadPool pool(2);
   const int64_t N = 40, K = 256;
   const float tiny = std::ldexp(1.0f, -9);
-  for (int64_t M : {1, 2, 5, 64}) {
+  for (int64_t M : {1, 2, 4, 5, 64}) {
     std::vector<uint16_t> x(size_t(M * K));
     for (int64_t m = 0; m < M; ++m)
       for (int64_t k = 0; k < K; ++k) {
