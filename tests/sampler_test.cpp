@@ -2,12 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 
 #include "base/error.h"
+#include "base/hash.h"
+#include "kernels/vector_exp.h"
 
 namespace ds41 {
 namespace {
@@ -268,6 +272,158 @@ TEST(Sampler, SameSeedAndStepSameTokenDifferentSeedDifferentStream) {
 TEST(Sampler, DrawFromAllZeroIsAnError) {
   Sampler s(SamplerOptions{});
   EXPECT_THROW(s.draw(std::vector<float>(4, 0.f), 0), Error);
+}
+
+// The documented pipeline (sampler.h steps 3-5) written out the plain way - a sequential max,
+// the twin's exp, a full sort of the vocabulary, a draw that takes the logarithm of every token -
+// as the twin of the sampler's faster forms (a lane max, the SIMD exponentials, a histogram-cut
+// selection instead of a sort, draws that skip tokens which cannot win).
+std::vector<float> reference_distribution(const std::vector<float>& l, const SamplerOptions& o) {
+  const size_t n = l.size();
+  const float inv_t = float(1.0 / std::max(o.temperature, 1e-5));
+  float mx = -INFINITY;
+  for (float v : l) mx = std::max(mx, v * inv_t);
+  std::vector<float> p(n);
+  double lanes[8] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const float z = l[i] * inv_t;
+    p[i] = torch_vec_expf(z - mx);
+    lanes[i % 8] += double(p[i]);
+  }
+  auto combine = [](const double* s) { return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])); };
+  const double sum = combine(lanes);
+  for (auto& v : p) v = float(double(v) / sum);
+  if (!std::isfinite(sum)) return p;
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
+  });
+  size_t keep = n;
+  if (o.top_k > 0) keep = std::min(keep, size_t(o.top_k));
+  if (o.top_p < 1.0) {
+    double acc = 0;
+    size_t m = 0;
+    while (m < keep && acc < o.top_p) acc += p[size_t(order[m++])];
+    keep = m;
+  }
+  bool dropped = keep < n;
+  for (size_t i = keep; i < n; ++i) p[size_t(order[i])] = 0.f;
+  if (o.min_p > 0) {
+    const float floor_p = float(o.min_p) * *std::max_element(p.begin(), p.end());
+    for (auto& v : p)
+      if (v < floor_p) {
+        dropped = dropped || v != 0.f;
+        v = 0.f;
+      }
+  }
+  if (dropped) {
+    double kept[8] = {};
+    for (size_t i = 0; i < n; ++i) kept[i % 8] += double(p[i]);
+    const double kept_sum = combine(kept);
+    for (auto& v : p) v = float(double(v) / kept_sum);
+  }
+  return p;
+}
+
+// argmax of p / Exponential(1) with the sampler's generator (runtime/sampler.cpp's key), every
+// token's logarithm taken.
+int32_t reference_draw(const std::vector<float>& p, uint64_t seed, uint64_t step, uint64_t stream) {
+  const uint64_t key = splitmix64(seed ^ splitmix64(step) ^ (stream ? splitmix64(~stream) : 0));
+  int32_t best = -1;
+  float best_v = -1.f;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!(p[i] > 0.f)) continue;
+    const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * 0x1p-53;
+    const float v = p[i] / float(-std::log(u));
+    if (v > best_v) {
+      best_v = v;
+      best = int32_t(i);
+    }
+  }
+  return best;
+}
+
+uint32_t float_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+TEST(Sampler, DistributionsAndDrawsAreThePlainPipelinesBitForBit) {
+  std::mt19937 rng(5);
+  struct Filters {
+    int64_t top_k;
+    double top_p, min_p;
+  };
+  const std::vector<Filters> filters = {{0, 1.0, 0.0},   {1, 1.0, 0.0},    {40, 1.0, 0.0},  {2000, 1.0, 0.0},
+                                        {0, 0.5, 0.0},   {0, 0.9, 0.0},    {0, 0.999, 0.0}, {0, 1.0, 0.05},
+                                        {50, 0.9, 0.02}, {3000, 0.99, 0.0}};
+  // 1000: the selection on the whole vocabulary; 129280: the histogram's cut first.
+  for (int64_t vocab : {int64_t{5}, int64_t{1000}, int64_t{129280}}) {
+    for (int shape = 0; shape < 4; ++shape) {
+      std::vector<float> l(static_cast<size_t>(vocab));
+      std::normal_distribution<float> d(0.f, 2.f);
+      for (auto& v : l) v = d(rng);
+      if (shape == 1)  // a few clear favourites
+        for (int i = 0; i < 5; ++i) l[rng() % size_t(vocab)] += 15.f;
+      if (shape == 2)  // many exact ties
+        for (auto& v : l) v = std::round(v);
+      if (shape == 3) std::fill(l.begin(), l.end(), 0.25f);  // flat
+      for (double t : {0.3, 1.0, 1.7}) {
+        if (vocab > 1000 && t != 1.0) continue;  // the full sorts of the twin take the time
+        for (const Filters& f : filters) {
+          SamplerOptions o;
+          o.temperature = t;
+          o.top_k = f.top_k;
+          o.top_p = f.top_p;
+          o.min_p = f.min_p;
+          o.seed = 99;
+          const Sampler s(o);
+          const auto want = reference_distribution(l, o);
+          const auto got = s.distribution(l.data(), vocab);
+          ASSERT_EQ(got.size(), want.size());
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(float_bits(got[i]), float_bits(want[i]))
+                << "vocab " << vocab << " shape " << shape << " T " << t << " top_k " << f.top_k << " top_p "
+                << f.top_p << " min_p " << f.min_p << " token " << i;
+          if (vocab > 5 && f.top_k > 0 && f.top_p == 1.0 && f.min_p == 0.0 && shape != 3) {
+            // top-k keeps exactly the k most probable, also past the 1024 a first sorted prefix
+            // holds (the sampler once kept those 1024 and then arbitrary tokens)
+            const auto kept = std::count_if(got.begin(), got.end(), [](float v) { return v > 0.f; });
+            EXPECT_EQ(kept, std::min<int64_t>(f.top_k, vocab));
+            float least_kept = INFINITY, most_dropped = -INFINITY;
+            for (size_t i = 0; i < l.size(); ++i) {
+              if (got[i] > 0.f)
+                least_kept = std::min(least_kept, l[i]);
+              else
+                most_dropped = std::max(most_dropped, l[i]);
+            }
+            EXPECT_GE(least_kept, most_dropped) << "vocab " << vocab << " top_k " << f.top_k;
+          }
+          for (uint64_t step = 0; step < (vocab > 1000 ? 4u : 40u); ++step)
+            for (uint64_t stream : {uint64_t{0}, uint64_t{3}})
+              ASSERT_EQ(s.draw(got, step, stream), reference_draw(got, o.seed, step, stream))
+                  << "vocab " << vocab << " shape " << shape << " step " << step;
+        }
+      }
+    }
+  }
+}
+
+TEST(Sampler, NonFiniteLogitsGiveANaNDistributionThatCannotBeDrawn) {
+  SamplerOptions o;
+  o.temperature = 1.0;
+  o.top_p = 0.9;
+  const Sampler s(o);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> l = {1.f, bad, 0.5f};
+    const auto p = s.distribution(l.data(), 3);
+    for (float v : p) EXPECT_TRUE(std::isnan(v));
+    EXPECT_THROW(s.sample(l.data(), 3, 0), Error);
+  }
+  std::vector<float> l(3, -std::numeric_limits<float>::infinity());
+  EXPECT_THROW(s.sample(l.data(), 3, 0), Error);
 }
 
 }  // namespace

@@ -17,17 +17,11 @@
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
 #include "kernels/simd_level.h"
+#include "simd_levels.h"
 #include "kernels/sparse_attention.h"
 
 namespace ds41 {
 namespace {
-
-std::vector<SimdLevel> simd_levels() {
-  std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi})
-    if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
-  return out;
-}
 
 std::vector<uint16_t> random_bf16(std::mt19937& rng, int64_t n, float sigma) {
   std::normal_distribution<float> dist(0.0f, sigma);
@@ -59,7 +53,7 @@ std::vector<uint16_t> attention(const std::vector<uint16_t>& q, int H, int64_t D
 }
 
 TEST(SimdAttention, SparseAttentionMatchesTwinBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(11);
   const AttnCase cases[] = {{1, 32, 1, 1.0f},  {3, 7, 5, 1.0f},   {4, 64, 63, 1.0f},  {8, 512, 64, 0.5f},
@@ -91,7 +85,7 @@ TEST(SimdAttention, SparseAttentionMatchesTwinBitForBit) {
 // small value and -B. The small values keep only the bits that survive next to B in the fp32
 // running sum, so the bf16 output shows the order in which the rows were summed.
 TEST(SimdAttention, SparseAttentionKeepsTheRowOrder) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(14);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -131,7 +125,7 @@ TEST(SimdAttention, SparseAttentionKeepsTheRowOrder) {
 }
 
 TEST(SimdAttention, IndexerScoresMatchTwinBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(12);
   struct Case {
@@ -188,7 +182,7 @@ TEST(SimdAttention, IndexerScoresMatchTwinBitForBit) {
 }
 
 TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(13);
   struct Case {
@@ -265,7 +259,7 @@ TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
 // hc_post with columns in lanes: D with ragged tails, a column range, in place and out of place,
 // comb/post weights that make products round, and inputs that overflow bf16, NaN and -0.
 TEST(SimdAttention, HcPostMatchesTwinBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -323,7 +317,7 @@ TEST(SimdAttention, HcPostMatchesTwinBitForBit) {
 // Cache dequantizers over every byte pattern: FP4 codes, E8M0 scales including 0 (2^-127, so
 // products are fp32 subnormals) and 255 (NaN), E4M3 scales including NaN, FP8 codes including NaN.
 TEST(SimdAttention, CacheDequantizersMatchTwinBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(15);
   const int64_t K = 32 * 64;

@@ -19,6 +19,7 @@
 #include "kernels/quant.h"
 #include "kernels/simd_kernels.h"
 #include "kernels/simd_level.h"
+#include "simd_levels.h"
 
 namespace ds41 {
 namespace {
@@ -26,13 +27,6 @@ namespace {
 std::vector<SimdLevel> with_scalar(std::vector<SimdLevel> levels) {
   levels.insert(levels.begin(), SimdLevel::Scalar);
   return levels;
-}
-
-std::vector<SimdLevel> simd_levels() {
-  std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi})
-    if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
-  return out;
 }
 
 // bf16 values whose 32-blocks have random magnitudes 2^[-20, 20] (act scales differ per block,
@@ -120,7 +114,7 @@ const Shape kDenseShapes[] = {{1, 1, 1},     {1, 9, 3},     {1, 13, 16},   {1, 1
                               {2, 70, 129},  {2, 229, 37},  {1, 112, 64},  {1, 82, 18},  {3, 176, 11}};
 
 TEST(SimdGemm, Fp8MatchesTwinBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(1);
   ThreadPool pool(3);
@@ -141,7 +135,7 @@ TEST(SimdGemm, Fp8MatchesTwinBitForBit) {
 }
 
 TEST(SimdGemm, Fp4MatchesTwinBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(2);
   ThreadPool pool(3);
@@ -198,7 +192,7 @@ TEST(SimdGemm, BatchedJobsMatchSingleCalls) {
     if (s.fp8) linear_fp8_reference(d.x.data(), s.M, d.w8, d.twin.data());
     else linear_fp4_reference(d.x.data(), s.M, d.w4, d.twin.data());
   }
-  for (SimdLevel l : with_scalar(simd_levels())) {
+  for (SimdLevel l : with_scalar(supported_simd_levels())) {
     ScopedSimdLevel level(l);
     std::vector<QuantizedLinearJob> jobs;
     for (size_t j = 0; j < data.size(); ++j) {
@@ -221,7 +215,7 @@ void expect_quantized_twins(const std::vector<uint16_t>& x, int64_t rows, const 
   std::vector<uint16_t> twin8(size_t(rows * W8.N)), twin4(size_t(rows * W4.N));
   linear_fp8_reference(x.data(), rows, W8, twin8.data());
   linear_fp4_reference(x.data(), rows, W4, twin4.data());
-  for (SimdLevel l : simd_levels()) {
+  for (SimdLevel l : supported_simd_levels()) {
     ScopedSimdLevel level(l);
     std::vector<uint16_t> fast(twin8.size(), 0xdead);
     linear_fp8(x.data(), rows, W8, fast.data(), pool);
@@ -236,7 +230,7 @@ void expect_quantized_twins(const std::vector<uint16_t>& x, int64_t rows, const 
 // the FP4 chunks), the smallest subnormals, and +-448 against 2^-9 in one block (the widest
 // exponent spread an exact FP8 block sum must hold).
 TEST(SimdGemm, ExtremeBlocksMatchTwin) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   const int64_t M = 3, N = 11, K = 96;
   std::vector<uint16_t> x(size_t(M * K));
@@ -261,7 +255,7 @@ TEST(SimdGemm, ExtremeBlocksMatchTwin) {
 // the largest running sums of the AVX2 FP8 chain (4 * 448^2 per lane) and the largest int16 pair
 // sums of the FP4 kernels (4 * 2 * 24 * 127 for four groups), at decode and prefill row counts.
 TEST(SimdGemm, WorstCaseSumsMatchTwinAtEveryRowCount) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   ThreadPool pool(2);
   const int64_t N = 40, K = 256;
@@ -295,7 +289,7 @@ TEST(SimdGemm, WorstCaseSumsMatchTwinAtEveryRowCount) {
 // NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results
 // must still be the twin's bits (NaN payloads included), and only where the NaN reaches.
 TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(3);
   // N = 41: the prefill tiles hold 32 (AVX-512) or 8 (AVX2) outputs, read 16 or 8 rows per gather.
@@ -336,7 +330,7 @@ TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
 }
 
 TEST(SimdGemm, DenseLinearsMatchTwinsBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(4);
   ThreadPool pool(3);
@@ -410,7 +404,7 @@ TEST(SimdGemm, PackedBatchMatchesTwinsBitForBit) {
   }
   for (size_t j = 0; j < blocks.size(); ++j)
     matrices.push_back(PackedBf16Matrix{blocks[j].data(), weights[j].data(), shapes[j].first, shapes[j].second});
-  for (SimdLevel l : with_scalar(simd_levels())) {
+  for (SimdLevel l : with_scalar(supported_simd_levels())) {
     ScopedSimdLevel level(l);
     std::vector<std::vector<float>> outs;
     std::vector<PackedLinearJob> jobs;
@@ -427,7 +421,7 @@ TEST(SimdGemm, PackedBatchMatchesTwinsBitForBit) {
 // The fp32 result therefore shows the order in which each lane took its products: any change of
 // lane assignment or order (k = j mod 4, increasing k) changes it.
 TEST(SimdGemm, DenseLaneOrderIsKept) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -471,7 +465,7 @@ TEST(SimdGemm, DenseLaneOrderIsKept) {
 // (E4M3 subnormal codes, the 1e-4 amax floor, bf16 subnormals, the bf16 maximum) and blocks
 // holding NaN or inf (left to the scalar code, whose NaN payloads it defines).
 TEST(SimdGemm, ActQuantMatchesScalarBitForBit) {
-  const auto levels = simd_levels();
+  const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(6);
   const int64_t K = 32 * 64;

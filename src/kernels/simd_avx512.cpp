@@ -19,6 +19,7 @@
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
 #include "kernels/sparse_attention.h"
+#include "kernels/vector_exp.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))), apply_to = function)
@@ -35,6 +36,7 @@ namespace ds41::simd::avx512 {
 #include "kernels/simd_attention.inc"
 #include "kernels/simd_peak.inc"
 #include "kernels/simd_int8.inc"
+#include "kernels/simd_softmax.inc"
 #include "kernels/simd_fp8_decode.inc"
 
 extern const KernelTable kTable, kTableVbmi;
@@ -43,14 +45,14 @@ const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,    
                             prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
                             indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                            nullptr,            hc_post_simd,    int8_row_dots_simd};
+                            nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd};
 // The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
 const KernelTable kTableVbmi = {SimdLevel::Avx512Vbmi, dense_bf16w,     dense_f32w,     dense_packed_bf16,
                                 fp8_kernel_vbmi,       fp4_kernel,      act_quant_row_simd,
                                 prepare_fp8_row,       prepare_fp4_row, sparse_attention_row_simd,
                                 indexer_scores_simd,   hc_mix_dots_simd, fma_peak_simd,
                                 mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                                prepare_fp8_digits,    hc_post_simd,      int8_row_dots_simd};
+                                prepare_fp8_digits,    hc_post_simd,      int8_row_dots_simd, scaled_exp_sum_simd};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

@@ -135,6 +135,8 @@ struct KernelTable {
   // int8_row_dots (int8_dot.h), shape already validated.
   void (*int8_row_dots)(const int8_t* x, int64_t x_count, const int8_t* rows, const int32_t* row_sums, int64_t n_rows,
                         int64_t K, int32_t* out);
+  // scaled_exp_sum (softmax_exp.h).
+  double (*scaled_exp_sum)(const float* x, int64_t n, float scale, float shift, float* out);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

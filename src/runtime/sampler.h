@@ -5,10 +5,12 @@
 //      repetition (CTRL / HF rule: a seen token's logit is divided by r when positive, multiplied
 //      by r when negative), presence (minus p once for a seen token), frequency (minus f × count);
 //   2. temperature 0 → greedy argmax of the penalised logits (ties: lowest id);
-//   3. otherwise probs = softmax(logits / T) (max-subtracted, summed in double);
+//   3. otherwise probs = softmax(logits / T): exp(l * (1/T) - max) with SLEEF's expf (the exp of
+//      PyTorch's vectorized CPU kernels), summed in double in a fixed lane order
+//      (kernels/softmax_exp.h);
 //   4. top-k keeps the k most probable tokens (ties broken by lower id), top-p the smallest
 //      prefix of the sorted tokens whose mass reaches p, min-p the tokens with prob >= min_p × the
-//      largest; the survivors are renormalised;
+//      largest; when they drop a token, the survivors are renormalised;
 //   5. the draw is the reference's Gumbel-max form (spec backbone.md §10): argmax(probs / E) with
 //      E ~ Exponential(1) i.i.d. per token, equivalent to a multinomial draw, from our own
 //      counter-based generator keyed by (seed, step), so a draw never depends on how many draws
@@ -60,7 +62,8 @@ struct SamplerScratch {
   std::vector<float> logits;    // the penalised copy of the logits
   std::vector<float> probs;     // sample()'s distribution
   std::vector<int32_t> order;   // token ids by descending probability (top-k / top-p)
-  std::vector<uint8_t> kept;    // tokens the filters keep
+  std::vector<float> kept;      // the probabilities of the tokens top-k / top-p keep
+  std::vector<int32_t> histogram;  // top-k / top-p: counts of the probabilities' top 16 bits
   std::vector<int32_t> counts;  // occurrences per token id in the penalty window (zero between calls)
   std::vector<int32_t> seen;    // the ids counted in this call
 };
