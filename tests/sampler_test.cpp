@@ -274,41 +274,59 @@ TEST(Sampler, DrawFromAllZeroIsAnError) {
   EXPECT_THROW(s.draw(std::vector<float>(4, 0.f), 0), Error);
 }
 
-// The documented pipeline (sampler.h steps 3-5) written out the plain way - a sequential max,
-// the twin's exp, a full sort of the vocabulary, a draw that takes the logarithm of every token -
-// as the twin of the sampler's faster forms (a lane max, the SIMD exponentials, a histogram-cut
-// selection instead of a sort, draws that skip tokens which cannot win).
+// The documented pipeline (sampler.h steps 3-5) written out the plain way - full sorts of the
+// vocabulary, a sequential max, the twin's exp, a draw that takes the logarithm of every token -
+// as the twin of the sampler's faster forms (a lane max, the SIMD exponentials, histogram-cut
+// selections instead of sorts, draws that skip tokens which cannot win).
 std::vector<float> reference_distribution(const std::vector<float>& l, const SamplerOptions& o) {
   const size_t n = l.size();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inv_t = float(1.0 / std::max(o.temperature, 1e-5));
+  auto by_value = [](const std::vector<float>& v) {  // ids by descending value, ties by lower id
+    std::vector<int32_t> ids(v.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+      return v[size_t(a)] > v[size_t(b)] || (v[size_t(a)] == v[size_t(b)] && a < b);
+    });
+    return ids;
+  };
+  // Top-k on the logits: the kept ids in order of id.
+  std::vector<int32_t> kept(n);
+  std::iota(kept.begin(), kept.end(), 0);
+  size_t keep = n;
+  if (o.top_k > 0 && size_t(o.top_k) < n) {
+    for (float v : l)
+      if (std::isnan(v) || v == INFINITY) return std::vector<float>(n, nan);
+    keep = size_t(o.top_k);
+    kept = by_value(l);
+    kept.resize(keep);
+    std::sort(kept.begin(), kept.end());
+  }
   float mx = -INFINITY;
-  for (float v : l) mx = std::max(mx, v * inv_t);
-  std::vector<float> p(n);
+  for (int32_t i : kept) mx = std::max(mx, l[size_t(i)] * inv_t);
+  std::vector<float> e(kept.size());
   double lanes[8] = {};
-  for (size_t i = 0; i < n; ++i) {
-    const float z = l[i] * inv_t;
-    p[i] = torch_vec_expf(z - mx);
-    lanes[i % 8] += double(p[i]);
+  for (size_t j = 0; j < kept.size(); ++j) {
+    const float z = l[size_t(kept[j])] * inv_t;
+    e[j] = torch_vec_expf(z - mx);
+    lanes[j % 8] += double(e[j]);
   }
   auto combine = [](const double* s) { return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])); };
   const double sum = combine(lanes);
-  for (auto& v : p) v = float(double(v) / sum);
-  if (!std::isfinite(sum)) return p;
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
-  });
-  size_t keep = n;
-  if (o.top_k > 0) keep = std::min(keep, size_t(o.top_k));
+  if (!std::isfinite(sum)) return std::vector<float>(n, nan);
+  std::vector<float> p(n, 0.f);
+  for (size_t j = 0; j < kept.size(); ++j) p[size_t(kept[j])] = float(double(e[j]) * (1.0 / sum));
+  bool dropped = false;
   if (o.top_p < 1.0) {
+    const std::vector<int32_t> order = by_value(p);
     double acc = 0;
     size_t m = 0;
     while (m < keep && acc < o.top_p) acc += p[size_t(order[m++])];
-    keep = m;
+    for (size_t i = m; i < n; ++i) {
+      dropped = dropped || p[size_t(order[i])] != 0.f;
+      p[size_t(order[i])] = 0.f;
+    }
   }
-  bool dropped = keep < n;
-  for (size_t i = keep; i < n; ++i) p[size_t(order[i])] = 0.f;
   if (o.min_p > 0) {
     const float floor_p = float(o.min_p) * *std::max_element(p.begin(), p.end());
     for (auto& v : p)
@@ -318,10 +336,10 @@ std::vector<float> reference_distribution(const std::vector<float>& l, const Sam
       }
   }
   if (dropped) {
-    double kept[8] = {};
-    for (size_t i = 0; i < n; ++i) kept[i % 8] += double(p[i]);
-    const double kept_sum = combine(kept);
-    for (auto& v : p) v = float(double(v) / kept_sum);
+    double kept_lanes[8] = {};
+    for (size_t i = 0; i < n; ++i) kept_lanes[i % 8] += double(p[i]);
+    const double kept_sum = combine(kept_lanes);
+    for (auto& v : p) v = float(double(v) * (1.0 / kept_sum));
   }
   return p;
 }
@@ -424,6 +442,49 @@ TEST(Sampler, NonFiniteLogitsGiveANaNDistributionThatCannotBeDrawn) {
   }
   std::vector<float> l(3, -std::numeric_limits<float>::infinity());
   EXPECT_THROW(s.sample(l.data(), 3, 0), Error);
+  // The same with top-k, whose softmax sees only the k largest logits: a NaN elsewhere still
+  // makes the distribution NaN.
+  o.top_k = 2;
+  const Sampler k(o);
+  std::vector<float> with_nan = {3.f, 2.f, 1.f, std::numeric_limits<float>::quiet_NaN()};
+  for (float v : k.distribution(with_nan.data(), 4)) EXPECT_TRUE(std::isnan(v));
+  EXPECT_THROW(k.sample(with_nan.data(), 4, 0), Error);
+  EXPECT_THROW(k.sample(l.data(), 3, 0), Error);
+}
+
+TEST(Sampler, TopKSamplingNeedsOnlyTheLargestLogits) {
+  // What the head screen returns for top-k sampling: the k largest logits (and their ties)
+  // exact, -inf elsewhere. The distribution and the draws are those of the full logits.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> d(0.f, 3.f);
+  for (int64_t vocab : {int64_t{300}, int64_t{20000}}) {
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (auto& v : l) v = std::round(d(rng) * 4.f) / 4.f;  // ties across the k-th place
+    for (int64_t k : {1, 7, 40, 64}) {
+      std::vector<float> sorted = l;
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      const float kth = sorted[size_t(k - 1)];
+      std::vector<float> screened(l.size(), -INFINITY);
+      for (size_t i = 0; i < l.size(); ++i)
+        if (l[i] >= kth) screened[i] = l[i];
+      for (double top_p : {1.0, 0.8}) {
+        SamplerOptions o;
+        o.temperature = 0.9;
+        o.top_k = k;
+        o.top_p = top_p;
+        o.seed = 3;
+        const Sampler s(o);
+        const auto full = s.distribution(l.data(), vocab), part = s.distribution(screened.data(), vocab);
+        for (size_t i = 0; i < full.size(); ++i)
+          ASSERT_EQ(float_bits(full[i]), float_bits(part[i])) << "vocab " << vocab << " k " << k << " id " << i;
+        if (top_p == 1.0) {
+          EXPECT_EQ(std::count_if(full.begin(), full.end(), [](float v) { return v > 0.f; }), k);
+        }
+        for (uint64_t step = 0; step < 20; ++step)
+          ASSERT_EQ(s.sample(l.data(), vocab, step), s.sample(screened.data(), vocab, step)) << "k " << k;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -442,6 +503,18 @@ TEST(Sampler, HeadTopKOnlyForGreedyWithoutPenalties) {
   sampled.temperature = 0.7;
   EXPECT_EQ(head_top_k_for(sampled, 0), 0);
   EXPECT_EQ(head_top_k_for(sampled, 5), 0);
+  // Top-k sampling reads only the k largest logits: the screen when the caller asks for k or more.
+  SamplerOptions top_k = sampled;
+  top_k.top_k = 40;
+  top_k.top_p = 0.9;
+  top_k.min_p = 0.05;
+  EXPECT_EQ(head_top_k_for(top_k, 0), 0);
+  EXPECT_EQ(head_top_k_for(top_k, 5), 0);
+  EXPECT_EQ(head_top_k_for(top_k, 40), 40);
+  EXPECT_EQ(head_top_k_for(top_k, 50), 50);
+  EXPECT_EQ(head_top_k_for(top_k, -1), 0);
+  top_k.presence_penalty = 0.5;
+  EXPECT_EQ(head_top_k_for(top_k, 40), 0);
   for (int p = 0; p < 3; ++p) {
     SamplerOptions penalised;
     if (p == 0) penalised.repetition_penalty = 1.1;

@@ -113,7 +113,9 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                            {"triad_beside_bytes_per_s", d.triad_beside},
                            {"efficiency_vs_bandwidth_beside", double(d.bytes.total()) * d.tokens_per_s() / d.triad_beside},
                            {"median_efficiency_vs_bandwidth_beside",
-                            double(d.bytes.total()) * d.median_tokens_per_s() / d.triad_beside}});
+                            double(d.bytes.total()) * d.median_tokens_per_s() / d.triad_beside},
+                           {"sampling_seconds_per_token", d.sampling_seconds},
+                           {"sampling_share_of_step", d.steps > 0 ? d.sampling_seconds * double(d.steps) / d.seconds : 0.0}});
     if (i < r.screened.size()) {
       const DecodeFigure& g = r.screened[i];
       j["decode"].back()["greedy_head_screen"] = {
@@ -167,6 +169,9 @@ void print_figures(const char* title, const json& j) {
                 100.0 * d["median_efficiency_vs_bandwidth"].get<double>(), d["triad_beside_bytes_per_s"].get<double>() / 1e9,
                 100.0 * d["efficiency_vs_bandwidth_beside"].get<double>(),
                 100.0 * d["median_efficiency_vs_bandwidth_beside"].get<double>());
+    std::printf("                 sampling (temperature 1, every token) on the step's logits: %.3f ms per token = %.1f%% "
+                "of a step\n",
+                1e3 * d["sampling_seconds_per_token"].get<double>(), 100.0 * d["sampling_share_of_step"].get<double>());
     if (d.contains("greedy_head_screen")) {
       const auto& g = d["greedy_head_screen"];
       std::printf("                 greedy, head screen (context %lld): %9.2f tok/s = %.2fx   %7.1f MB/token (%.0f candidate rows, "

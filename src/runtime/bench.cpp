@@ -239,6 +239,10 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   std::vector<int32_t> token{int32_t(c.bos_token_id)};
   DecodeBytes sum;
   std::vector<double> step_seconds;
+  SamplerOptions sampled;
+  sampled.temperature = 1.0;
+  const Sampler sampler(sampled);
+  SamplerScratch sampler_scratch;
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t pos = state.pos;
     const double cpu0 = process_cpu_seconds();
@@ -250,6 +254,13 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
     step_seconds.push_back(seconds_since(t0));
     f.seconds += step_seconds.back();
     f.cpu_seconds += process_cpu_seconds() - cpu0;
+    if (!head_screen) {
+      // The first call sizes the scratch buffers (a decode loop keeps them): untimed.
+      if (i == 0) sampler.sample(logits.data(), c.vocab_size, uint64_t(pos), {}, sampler_scratch);
+      const auto s0 = Clock::now();
+      sampler.sample(logits.data(), c.vocab_size, uint64_t(pos), {}, sampler_scratch);
+      f.sampling_seconds += seconds_since(s0);
+    }
     DecodeBytes b = decode_bytes_per_token(m, used, pos);
     if (screen) {  // the screen's reads instead of the head's (both when it fell back)
       b.weights += screen->bytes_read(screen_candidates) - (screen_decided ? head_bytes : 0);
@@ -260,6 +271,7 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
     sum.kv += b.kv;
   }
   f.steps = steps;
+  f.sampling_seconds /= double(steps);
   std::sort(step_seconds.begin(), step_seconds.end());
   const size_t mid = step_seconds.size() / 2;
   f.median_step_seconds = step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);

@@ -71,6 +71,11 @@ struct DecodeFigure {
   // Steps run with the greedy head screen (model/head_screen.h: ForwardOptions::head_top_k = 1):
   // the head's bytes are then the screen's plus the candidates' rows (plus the whole head on a
   // step the screen could not decide, counted in head_fallbacks).
+  // Mean seconds of one Sampler::sample at temperature 1 without filters (every token drawn
+  // from: the sampler's most expensive case, and the OpenAI API's default) on each step's logits,
+  // timed apart from the step. Sampling runs on the calling thread while the others wait, so it
+  // adds to a sampled step; 0 with the head screen (greedy steps have no full logits).
+  double sampling_seconds = 0;
   double head_candidates = 0;  // mean rows per step whose exact logit was computed
   int64_t head_fallbacks = 0;
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
@@ -80,7 +85,8 @@ struct DecodeFigure {
 // Prefill of `tokens` random tokens into a fresh sequence (left in `state` for decoding).
 PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, SequenceState& state, uint64_t seed);
 // `steps` greedy decode steps from `state` (its context is state.pos), with the bytes per step;
-// with the whole head product, or with the head screen (the path greedy generation takes).
+// with the whole head product (and then the sampler's time on each step's logits), or with the
+// head screen (the path greedy generation takes).
 DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool,
                           bool head_screen = false);
 

@@ -49,7 +49,9 @@ class Generation {
   // `state` may already hold a sequence (a loaded session); `pool` may be null (inline).
   // forward.head_top_k: with a greedy sampler without penalties, 0 (the default) becomes 1 and
   // k > 0 stays (last_logits() then holds the exact k largest logits, -inf elsewhere:
-  // model/head_screen.h); negative keeps every logit. Sampling and penalties always get all.
+  // model/head_screen.h); a top-k sampler without penalties keeps a k at least its own (the same
+  // draws), else gets every logit, as does a negative k. Penalties always get all
+  // (head_top_k_for in sampler.h).
   Generation(const Model& model, SequenceState state, const Sampler& sampler, ThreadPool* pool,
              ForwardOptions forward = {});
 

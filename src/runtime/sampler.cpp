@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "base/error.h"
@@ -117,21 +118,28 @@ std::vector<float> Sampler::distribution(const float* logits, int64_t vocab, std
 
 namespace {
 
-// The first m token ids by descending probability, ties by lower id (a strict total order on
-// finite p), into order[0, m); sorted in that order when `sorted`, else in no particular order.
-// Instead of a partial sort of the whole vocabulary (~1 ms at 129K tokens and m = 1024), a
-// histogram of the probabilities' top 16 bits (p >= 0, so their bit patterns rank as their
-// values) finds the bucket the m-th one lies in; only the ids from that bucket up are ordered.
+// Float -> unsigned key of the same order, without branches: negative values get every bit
+// flipped, the others the sign bit; -0 becomes +0 first (v + 0 = +0), as the comparisons count it.
+inline uint32_t order_key(float v) {
+  v += 0.f;
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits ^ (uint32_t(int32_t(bits) >> 31) | 0x80000000u);
+}
+
+// Histogram buckets: the keys' top 12 bits (sign, exponent, 3 mantissa bits: eight buckets per
+// octave), 16 KB of counts that stay in L1.
+constexpr int kBucketShift = 20;
+
 constexpr int64_t kDirectSelection = 4096;
 
-void first_in_order(const std::vector<float>& p, int64_t m, bool sorted, SamplerScratch& s) {
-  const int64_t n = int64_t(p.size());
-  auto before = [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b); };
-  auto key = [&](int64_t i) {
-    uint32_t bits;
-    std::memcpy(&bits, &p[size_t(i)], sizeof bits);
-    return bits >> 16;
-  };
+// The first m ids of v[0, n) by descending value, ties by lower id (a strict total order when no
+// value is NaN), into s.order[0, m); sorted in that order when `sorted`, else in no particular
+// order. Instead of a partial sort of the whole vocabulary (~1 ms at 129K tokens and m = 1024), a
+// histogram of the values' keys finds the bucket the m-th one lies in; only the ids from that
+// bucket up are ordered.
+void first_in_order(const float* v, int64_t n, int64_t m, bool sorted, SamplerScratch& s) {
+  auto before = [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
   s.order.resize(size_t(n));
   int64_t count = n;
   if (m >= n) {
@@ -141,18 +149,37 @@ void first_in_order(const std::vector<float>& p, int64_t m, bool sorted, Sampler
     std::nth_element(s.order.begin(), s.order.begin() + m, s.order.end(), before);
     count = m;
   } else {
-    s.histogram.assign(size_t{1} << 15, 0);  // sign bit clear: keys below 2^15
-    for (int64_t i = 0; i < n; ++i) ++s.histogram[key(i)];
+    s.histogram.assign(size_t{1} << (32 - kBucketShift), 0);
+    for (int64_t i = 0; i < n; ++i) ++s.histogram[order_key(v[i]) >> kBucketShift];
     uint32_t lowest = uint32_t(s.histogram.size());
     int64_t above = 0;
     while (above < m) above += s.histogram[--lowest];
+    // The bucket's least value, for a plain float comparison (keys below -inf's are NaN patterns,
+    // which no value here is: then every value qualifies).
+    const uint32_t first_key = lowest << kBucketShift;
+    const uint32_t bits = first_key & 0x80000000u ? first_key ^ 0x80000000u : ~first_key;
+    float least;
+    std::memcpy(&least, &bits, sizeof least);
+    if (std::isnan(least)) least = -INFINITY;
     count = 0;
     for (int64_t i = 0; i < n; ++i)
-      if (key(i) >= lowest) s.order[size_t(count++)] = int32_t(i);
+      if (v[i] >= least) s.order[size_t(count++)] = int32_t(i);
     if (count > m) std::nth_element(s.order.begin(), s.order.begin() + m, s.order.begin() + count, before);
     count = m;
   }
   if (sorted) std::sort(s.order.begin(), s.order.begin() + count, before);
+}
+
+// Zeroes every probability but those of s.order[0, keep); returns whether a non-zero one was
+// among them.
+bool keep_only(std::vector<float>& p, int64_t keep, SamplerScratch& s) {
+  if (s.kept.size() < p.size()) s.kept.resize(p.size());  // once: keep varies with top-p
+  int64_t kept_nonzero = 0, nonzero = 0;
+  for (int64_t i = 0; i < keep; ++i) kept_nonzero += (s.kept[size_t(i)] = p[size_t(s.order[size_t(i)])]) != 0.f;
+  for (const float v : p) nonzero += v != 0.f;
+  std::fill(p.begin(), p.end(), 0.f);
+  for (int64_t i = 0; i < keep; ++i) p[size_t(s.order[size_t(i)])] = s.kept[size_t(i)];
+  return nonzero != kept_nonzero;
 }
 
 }  // namespace
@@ -168,41 +195,58 @@ void Sampler::distribution_into(std::vector<float>& p, const float* logits, int6
     return;
   }
   const float inv_t = float(1.0 / std::max(opt_.temperature, 1e-5));
-  const float mx = scaled_max(l, vocab, inv_t);
-  const double sum = scaled_exp_sum(l, vocab, inv_t, mx, p.data());
-  for (auto& v : p) v = float(double(v) / sum);
-  // A NaN or infinite logit (or none above -inf) makes the sum NaN and every probability NaN,
-  // which draw() refuses; the filters below need finite values to order.
-  if (!std::isfinite(sum)) return;
+  int64_t keep = vocab;
+  double sum = 0;
+  if (opt_.top_k > 0 && opt_.top_k < vocab) {
+    // Top-k on the logits, then the softmax over the k tokens alone: only their logits count, so
+    // logits that came back -inf from the head screen (greedy-style top-k logits) give the same
+    // probabilities as the full product.
+    bool finite = true;  // a NaN or +inf logit anywhere: the NaN distribution the full softmax gives
+    for (int64_t i = 0; i < vocab; ++i) finite &= l[i] < INFINITY;
+    if (!finite) {
+      std::fill(p.begin(), p.end(), std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    keep = opt_.top_k;
+    first_in_order(l, vocab, keep, /*sorted=*/false, s);
+    std::sort(s.order.begin(), s.order.begin() + keep);  // ids in order: the sum's lanes
+    if (s.top_logits.size() < size_t(keep)) s.top_logits.resize(size_t(keep));
+    if (s.top_exp.size() < size_t(keep)) s.top_exp.resize(size_t(keep));
+    for (int64_t i = 0; i < keep; ++i) s.top_logits[size_t(i)] = l[s.order[size_t(i)]];
+    const float mx = scaled_max(s.top_logits.data(), keep, inv_t);
+    sum = scaled_exp_sum(s.top_logits.data(), keep, inv_t, mx, s.top_exp.data());
+    std::fill(p.begin(), p.end(), 0.f);
+    const double inv_sum = 1.0 / sum;
+    for (int64_t i = 0; i < keep; ++i) p[size_t(s.order[size_t(i)])] = float(double(s.top_exp[size_t(i)]) * inv_sum);
+  } else {
+    const float mx = scaled_max(l, vocab, inv_t);
+    sum = scaled_exp_sum(l, vocab, inv_t, mx, p.data());
+    const double inv_sum = 1.0 / sum;
+    for (auto& v : p) v = float(double(v) * inv_sum);
+  }
+  // A NaN or infinite logit (or none above -inf) makes the sum NaN: every probability NaN, which
+  // draw() refuses; the filters below need values they can order.
+  if (!std::isfinite(sum)) {
+    std::fill(p.begin(), p.end(), std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
 
   bool dropped = false;
-  if (opt_.top_k > 0 || opt_.top_p < 1.0) {
-    int64_t keep = vocab;
-    if (opt_.top_k > 0) keep = std::min(keep, opt_.top_k);
-    if (opt_.top_p >= 1.0) {
-      first_in_order(p, keep, /*sorted=*/false, s);  // top-k alone needs the set, not its order
-    } else {
-      // Sort a prefix large enough to reach top_p; widen it when the mass is spread thin.
-      int64_t sorted = std::min<int64_t>(keep, 1024);
-      for (;;) {
-        first_in_order(p, sorted, /*sorted=*/true, s);
-        double acc = 0;
-        int64_t n = 0;
-        while (n < sorted && acc < opt_.top_p) acc += p[size_t(s.order[size_t(n++)])];
-        if (acc >= opt_.top_p || sorted == keep) {
-          keep = std::min(keep, n);
-          break;
-        }
-        sorted = std::min(keep, sorted * 8);
+  if (opt_.top_p < 1.0) {
+    // Sort a prefix large enough to reach top_p; widen it when the mass is spread thin.
+    int64_t sorted = std::min<int64_t>(keep, 1024);
+    for (;;) {
+      first_in_order(p.data(), vocab, sorted, /*sorted=*/true, s);
+      double acc = 0;
+      int64_t n = 0;
+      while (n < sorted && acc < opt_.top_p) acc += p[size_t(s.order[size_t(n++)])];
+      if (acc >= opt_.top_p || sorted == keep) {
+        keep = std::min(keep, n);
+        break;
       }
+      sorted = std::min(keep, sorted * 8);
     }
-    if (keep < vocab) {
-      if (s.kept.size() < size_t(vocab)) s.kept.resize(size_t(vocab));  // once: keep varies with top-p
-      for (int64_t i = 0; i < keep; ++i) s.kept[size_t(i)] = p[size_t(s.order[size_t(i)])];
-      std::fill(p.begin(), p.end(), 0.f);
-      for (int64_t i = 0; i < keep; ++i) p[size_t(s.order[size_t(i)])] = s.kept[size_t(i)];
-      dropped = true;
-    }
+    dropped = keep_only(p, keep, s);
   }
   if (opt_.min_p > 0) {
     const float floor_p = float(opt_.min_p) * scaled_max(p.data(), vocab, 1.0f);
@@ -213,8 +257,8 @@ void Sampler::distribution_into(std::vector<float>& p, const float* logits, int6
       }
   }
   if (dropped) {
-    const double kept_sum = lane_sum(p.data(), vocab);
-    for (auto& v : p) v = float(double(v) / kept_sum);
+    const double inv_kept_sum = 1.0 / lane_sum(p.data(), vocab);
+    for (auto& v : p) v = float(double(v) * inv_kept_sum);
   }
 }
 

@@ -99,7 +99,8 @@ SpeculativeDecoder::SpeculativeDecoder(const Model& model, SequenceState& state,
                                        ThreadPool* pool)
     : model_(model), st_(state), opt_(opt), pool_(pool), sampler_(opt.sampling) {
   const ModelConfig& c = model.config();
-  // Greedy verification needs each row's largest logits only (the head screen, as in Generation).
+  // Greedy verification needs each row's largest logits only (the head screen, as in Generation;
+  // top-k sampled verification when asked for).
   opt_.forward.head_top_k = head_top_k_for(opt_.sampling, opt_.forward.head_top_k);
   if (!model.has_dspark()) throw Error("--dspark: this model has no DSpark draft head (dspark_block_size is 0)");
   draft_tokens_ = opt.draft_tokens ? opt.draft_tokens : c.dspark_block_size;

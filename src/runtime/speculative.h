@@ -37,7 +37,7 @@ struct SpeculativeOptions {
   double confidence_threshold = 0.0;  // cut the draft below this cumulative confidence (0 = never)
   SamplerOptions sampling;            // temperature 0: greedy verification
   ForwardOptions forward;             // index-key reading (main_hidden_out / all_logits are set here);
-                                      // head_top_k as Generation reads it (greedy without penalties only)
+                                      // head_top_k as Generation reads it (head_top_k_for in sampler.h)
   // Test hook: may rewrite the drafts of a cycle (same count) before verification; `pos` is the
   // position of the first draft.
   std::function<void(int64_t pos, std::vector<int32_t>& drafts)> override_drafts;

@@ -154,6 +154,10 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_GT(beside, 1e8);
     EXPECT_NEAR(d["efficiency_vs_bandwidth_beside"].get<double>() * beside, d["bytes_per_s"].get<double>(),
                 1e-9 * d["bytes_per_s"].get<double>());
+    // The sampler's time on the steps' logits, apart from the steps' own.
+    EXPECT_GT(d["sampling_seconds_per_token"].get<double>(), 0.0);
+    EXPECT_NEAR(d["sampling_share_of_step"].get<double>() * d["seconds"].get<double>(),
+                d["sampling_seconds_per_token"].get<double>() * 2, 1e-12);
     // The same number of greedy steps right after, with the head screen: it decided every step,
     // and read less than the whole bf16 head would have.
     ASSERT_TRUE(d.contains("greedy_head_screen"));

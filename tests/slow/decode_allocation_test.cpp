@@ -129,6 +129,30 @@ TEST(DecodeAllocations, SampledGenerationAllocatesNothing) {
   EXPECT_EQ(g_allocations.load(), 0);
 }
 
+// Top-k sampling without penalties asked to take the LM head screen (as greedy steps do).
+TEST(DecodeAllocations, TopKSampledGenerationWithTheHeadScreenAllocatesNothing) {
+  auto model = Model::load(test::tiny_model_dir(true));
+  ThreadPool pool(2);
+  SamplerOptions so;
+  so.temperature = 0.8;
+  so.top_k = 40;
+  so.top_p = 0.9;
+  so.min_p = 0.01;
+  so.seed = 5;
+  SequenceState st = model->new_sequence();
+  reserve_sequence(st, model->config(), model->plan(), 200);
+  ForwardOptions fo;
+  fo.head_top_k = 40;
+  Generation g(*model, std::move(st), Sampler(so), &pool, fo);
+  g.feed(counting_prompt(100));
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(g.next_token());
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < 16; ++i) g.next_token();
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+}
+
 // Greedy generation, whose steps take the LM head screen (model/head_screen.h): its candidate
 // count changes from step to step, its buffers are sized for the most it accepts.
 TEST(DecodeAllocations, GreedyGenerationWithTheHeadScreenAllocatesNothing) {

@@ -112,6 +112,38 @@ TEST_F(GenerationTest, ScreenedHeadGivesTheFullProductsTopLogits) {
   EXPECT_EQ(minus_inf_count(full_gen.last_logits()), 0);
 }
 
+// Top-k sampling without penalties can take the head screen when asked to (its softmax sees only
+// the k largest logits: runtime/sampler.h): the same tokens as from every logit, with and without
+// top-p. Not by default (head_top_k_for).
+TEST_F(GenerationTest, TopKSamplingWithTheHeadScreenDrawsThePlainTokens) {
+  ThreadPool pool(2);
+  const int64_t V = model_->config().vocab_size;
+  const auto minus_inf_count = [&](const std::vector<float>& v) {
+    return std::count(v.begin(), v.end(), -std::numeric_limits<float>::infinity());
+  };
+  ForwardOptions keep_all;
+  keep_all.head_top_k = -1;
+  for (double top_p : {1.0, 0.9}) {
+    SamplerOptions so;
+    so.temperature = 0.9;
+    so.top_k = 40;
+    so.top_p = top_p;
+    so.seed = 11;
+    ForwardOptions top40;
+    top40.head_top_k = 40;
+    Generation screened(*model_, model_->new_sequence(), Sampler(so), &pool, top40);
+    Generation full(*model_, model_->new_sequence(), Sampler(so), &pool, keep_all);
+    Generation by_default(*model_, model_->new_sequence(), Sampler(so), &pool);
+    by_default.feed(prompt_);
+    EXPECT_EQ(minus_inf_count(by_default.last_logits()), 0);
+    screened.feed(prompt_);
+    full.feed(prompt_);
+    EXPECT_GT(minus_inf_count(screened.last_logits()), V / 2) << "the screen did not run";
+    EXPECT_EQ(minus_inf_count(full.last_logits()), 0);
+    EXPECT_EQ(collect(screened, 12), collect(full, 12)) << "top_p " << top_p;
+  }
+}
+
 TEST_F(GenerationTest, ContinuingAfterAnAnswerFeedsThePendingTokenFirst) {
   SamplerOptions so;
   so.temperature = 0.9;

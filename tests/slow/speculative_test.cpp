@@ -414,6 +414,27 @@ TEST(DSparkSpeculative, SampledSpeculationIsSeededAndLeavesPlainDecodingState) {
   expect_same_state(after, st, "sampled");
 }
 
+// Top-k sampled verification asked to take the head screen (the softmax sees only the k largest
+// logits: runtime/sampler.h): the same tokens as with every logit computed.
+TEST(DSparkSpeculative, TopKSampledWithTheHeadScreenEqualsEveryLogit) {
+  const Model& m = spec_model();
+  const auto prompt = random_prompt(30, 9);
+  ThreadPool pool(2);
+  SpeculativeOptions opt;
+  opt.sampling.temperature = 1.0;
+  opt.sampling.top_k = 20;
+  opt.sampling.top_p = 0.95;
+  opt.sampling.seed = 4;
+  opt.forward.head_top_k = 20;
+  const SpecRun screened = spec_generate(m, prompt, 24, opt, &pool);
+  opt.forward.head_top_k = -1;
+  const SpecRun full = spec_generate(m, prompt, 24, opt, &pool);
+  EXPECT_EQ(screened.tokens, full.tokens);
+  int64_t minus_inf = 0;
+  for (const auto& row : screened.logits) minus_inf += std::count(row.begin(), row.end(), -INFINITY);
+  EXPECT_GT(minus_inf, 0) << "the screen did not run";
+}
+
 // The acceptance sweep, too long for CI (about 10 CPU-minutes): 50 prompts of lengths
 // 1..199 (odd and even, before and after the ring wrap), 300 generated tokens each, draft lengths
 // 1..4, natural drafts for even prompts and partly forced ones (the first k right) for odd
