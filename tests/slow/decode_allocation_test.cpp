@@ -103,11 +103,39 @@ std::vector<int32_t> counting_prompt(int n) {
   return p;
 }
 
+// `operator new` calls during 16 steps of a Generation with `so` and `fo`, after 6 warm-up
+// steps; `screened`: whether the warm steps' logits came from the head screen (-inf outside the top).
+struct GenerationAllocations {
+  int64_t allocations = 0;
+  bool screened = false;
+};
+GenerationAllocations generation_allocations(const SamplerOptions& so, const ForwardOptions& fo = {}) {
+  auto model = Model::load(test::tiny_model_dir(true));
+  ThreadPool pool(2);
+  SequenceState st = model->new_sequence();
+  reserve_sequence(st, model->config(), model->plan(), 200);
+  Generation g(*model, std::move(st), Sampler(so), &pool, fo);
+  g.feed(counting_prompt(100));
+  GenerationAllocations r;
+  for (int i = 0; i < 6; ++i)
+    if (!g.next_token()) {
+      ADD_FAILURE() << "the context filled during the warm-up";
+      r.allocations = -1;
+      return r;
+    }
+  const auto& logits = g.last_logits();
+  r.screened = std::count(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity()) > 0;
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < 16; ++i) g.next_token();
+  g_counting = false;
+  r.allocations = g_allocations.load();
+  return r;
+}
+
 // The generation loop as `ds41 run` and the server drive it, sampling included: every filter and
 // penalty on (their buffers live in the Generation's SamplerScratch once warm).
 TEST(DecodeAllocations, SampledGenerationAllocatesNothing) {
-  auto model = Model::load(test::tiny_model_dir(true));
-  ThreadPool pool(2);
   SamplerOptions so;
   so.temperature = 0.8;
   so.top_k = 40;
@@ -117,60 +145,32 @@ TEST(DecodeAllocations, SampledGenerationAllocatesNothing) {
   so.presence_penalty = 0.2;
   so.frequency_penalty = 0.1;
   so.seed = 5;
-  SequenceState st = model->new_sequence();
-  reserve_sequence(st, model->config(), model->plan(), 200);
-  Generation g(*model, std::move(st), Sampler(so), &pool);
-  g.feed(counting_prompt(100));
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(g.next_token());
-  g_allocations = 0;
-  g_counting = true;
-  for (int i = 0; i < 16; ++i) g.next_token();
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  const GenerationAllocations r = generation_allocations(so);
+  EXPECT_FALSE(r.screened);
+  EXPECT_EQ(r.allocations, 0);
 }
 
 // Top-k sampling without penalties asked to take the LM head screen (as greedy steps do).
 TEST(DecodeAllocations, TopKSampledGenerationWithTheHeadScreenAllocatesNothing) {
-  auto model = Model::load(test::tiny_model_dir(true));
-  ThreadPool pool(2);
   SamplerOptions so;
   so.temperature = 0.8;
   so.top_k = 40;
   so.top_p = 0.9;
   so.min_p = 0.01;
   so.seed = 5;
-  SequenceState st = model->new_sequence();
-  reserve_sequence(st, model->config(), model->plan(), 200);
   ForwardOptions fo;
   fo.head_top_k = 40;
-  Generation g(*model, std::move(st), Sampler(so), &pool, fo);
-  g.feed(counting_prompt(100));
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(g.next_token());
-  g_allocations = 0;
-  g_counting = true;
-  for (int i = 0; i < 16; ++i) g.next_token();
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  const GenerationAllocations r = generation_allocations(so, fo);
+  EXPECT_TRUE(r.screened) << "the screen did not run";
+  EXPECT_EQ(r.allocations, 0);
 }
 
 // Greedy generation, whose steps take the LM head screen (model/head_screen.h): its candidate
 // count changes from step to step, its buffers are sized for the most it accepts.
 TEST(DecodeAllocations, GreedyGenerationWithTheHeadScreenAllocatesNothing) {
-  auto model = Model::load(test::tiny_model_dir(true));
-  ThreadPool pool(2);
-  SequenceState st = model->new_sequence();
-  reserve_sequence(st, model->config(), model->plan(), 200);
-  Generation g(*model, std::move(st), Sampler(SamplerOptions{}), &pool);
-  g.feed(counting_prompt(100));
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(g.next_token());
-  const auto& logits = g.last_logits();
-  ASSERT_GT(std::count(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity()), 0)
-      << "the screen did not run";
-  g_allocations = 0;
-  g_counting = true;
-  for (int i = 0; i < 16; ++i) g.next_token();
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  const GenerationAllocations r = generation_allocations(SamplerOptions{});
+  EXPECT_TRUE(r.screened) << "the screen did not run";
+  EXPECT_EQ(r.allocations, 0);
 }
 
 // Speculative cycles (draft, journaled verify, accept, rollback, ring commit) with drafts forced
