@@ -18,6 +18,7 @@
 
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
+#include "kernels/softmax_exp.h"
 #include "kernels/sparse_attention.h"
 #include "kernels/vector_exp.h"
 

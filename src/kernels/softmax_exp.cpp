@@ -7,11 +7,7 @@
 
 namespace ds41 {
 
-namespace {
-
 double combine_lanes(const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
-
-}  // namespace
 
 double scaled_exp_sum(const float* x, int64_t n, float scale, float shift, float* out) {
   if (const simd::KernelTable* kt = simd::active_kernels()) return kt->scaled_exp_sum(x, n, scale, shift, out);

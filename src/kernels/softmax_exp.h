@@ -21,6 +21,8 @@ double scaled_exp_sum_reference(const float* x, int64_t n, float scale, float sh
 
 // The sum of x[0, n) in double, in the lane order above.
 double lane_sum(const float* x, int64_t n);
+// The lanes' sums combined in that order: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+double combine_lanes(const double* lanes);
 
 // The largest x[i] * scale (each product rounded in fp32), NaN products ignored; -inf when there is
 // none. Equal to a sequential scan's max (the lanes' maxima of a finite set are the same values;

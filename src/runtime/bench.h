@@ -68,14 +68,14 @@ struct DecodeFigure {
   // efficiency is also given against the bandwidth of its own moment, not only the run's start.
   double triad_beside = 0;
   DecodeBytes bytes;    // mean per step
-  // Steps run with the greedy head screen (model/head_screen.h: ForwardOptions::head_top_k = 1):
-  // the head's bytes are then the screen's plus the candidates' rows (plus the whole head on a
-  // step the screen could not decide, counted in head_fallbacks).
   // Mean seconds of one Sampler::sample at temperature 1 without filters (every token drawn
   // from: the sampler's most expensive case, and the OpenAI API's default) on each step's logits,
   // timed apart from the step. Sampling runs on the calling thread while the others wait, so it
   // adds to a sampled step; 0 with the head screen (greedy steps have no full logits).
   double sampling_seconds = 0;
+  // Steps run with the greedy head screen (model/head_screen.h: ForwardOptions::head_top_k = 1):
+  // the head's bytes are then the screen's plus the candidates' rows (plus the whole head on a
+  // step the screen could not decide, counted in head_fallbacks).
   double head_candidates = 0;  // mean rows per step whose exact logit was computed
   int64_t head_fallbacks = 0;
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
