@@ -274,9 +274,13 @@ int32_t Sampler::draw(const std::vector<float>& probs, uint64_t step, uint64_t s
   const uint64_t key = draw_key(opt_.seed, step, stream);
   int64_t best = -1;
   float best_v = -1.f;
+  bool nan = false;
   for (size_t i = 0; i < probs.size(); ++i) {
     const float q = probs[i];
-    if (!(q > 0.f)) continue;  // zero, negative or NaN: never drawn
+    if (!(q > 0.f)) {  // zero, negative or NaN: never drawn
+      nan = nan || q != q;
+      continue;
+    }
     const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
     // Most tokens cannot beat the best so far, and knowing it needs no logarithm: -log(u) >= 1 - u,
     // so q / e <= best_v once (1 - u) * best_v reaches q. The factor 1 - 2^-20 covers the roundings
@@ -291,7 +295,9 @@ int32_t Sampler::draw(const std::vector<float>& probs, uint64_t step, uint64_t s
       best = int64_t(i);
     }
   }
-  if (best < 0) throw Error("sampler: cannot draw from an all-zero distribution");
+  if (best < 0)
+    throw Error(nan ? "sampler: the distribution is NaN (a logit was NaN or infinite, or every logit -inf)"
+                    : "sampler: cannot draw from an all-zero distribution");
   return int32_t(best);
 }
 
