@@ -15,6 +15,8 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/numeric_formats.h"
+#include "kernels/simd_level.h"
+#include "simd_levels.h"
 
 namespace ds41 {
 namespace {
@@ -302,16 +304,25 @@ TEST(LinearFp8, NaNWeightCodePropagates) {
 }
 
 TEST(DequantFp8ToBf16, ProductOfCodeAndBlockScale) {
-  // N = 40, K = 48: scale [2, 2]; blocks are (n / 32, k / 32).
-  const int64_t N = 40, K = 48;
-  const Fp8Operands op = random_fp8(N, K, 5);
-  std::vector<uint16_t> out(static_cast<size_t>(N * K));
-  dequant_fp8_to_bf16(op.matrix(N, K), out.data());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) {
-      const float s = e8m0_to_f32(op.scale[size_t((n / 32) * 2 + k / 32)]);
-      ASSERT_EQ(out[size_t(n * K + k)], f32_to_bf16(e4m3_to_f32(op.w[size_t(n * K + k)]) * s))
-          << n << "," << k;
+  // N = 40: blocks are (n / 32, k / 32), scale [2, ceil(K / 32)]. K = 96 (whole blocks) takes the
+  // SIMD row kernel, K = 48 the element loop; every level, NaN codes included.
+  std::vector<SimdLevel> levels = supported_simd_levels();
+  levels.insert(levels.begin(), SimdLevel::Scalar);
+  for (int64_t K : {48, 96})
+    for (SimdLevel level : levels) {
+      ScopedSimdLevel scoped(level);
+      const int64_t N = 40, scale_cols = (K + 31) / 32;
+      Fp8Operands op = random_fp8(N, K, 5);
+      op.w[7] = 0x7f;
+      op.w[size_t(N * K - 1)] = 0xff;
+      std::vector<uint16_t> out(static_cast<size_t>(N * K));
+      dequant_fp8_to_bf16(op.matrix(N, K), out.data());
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) {
+          const float s = e8m0_to_f32(op.scale[size_t((n / 32) * scale_cols + k / 32)]);
+          ASSERT_EQ(out[size_t(n * K + k)], f32_to_bf16(e4m3_to_f32(op.w[size_t(n * K + k)]) * s))
+              << simd_level_name(level) << " K=" << K << " at " << n << "," << k;
+        }
     }
   // Hand values: 1.0 (0x38) * 2^3 = 8; -448 (0xFE) * 2^-2 = -112; 2^-9 (0x01) * 2^-127 = 2^-136
   // is below bf16's smallest subnormal 2^-133 by more than half of it and rounds to +0.

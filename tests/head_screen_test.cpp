@@ -1,5 +1,7 @@
 // The LM head screen (model/head_screen.h) and its int8 kernel (kernels/int8_dot.h):
 //  - int8_row_dots equals its scalar twin at every ISA level, extremes included (no saturation);
+//  - int8_quantize_bf16_row's twin is what its definition says (checked in long double), and every
+//    ISA level returns the twin's codes and fields bit for bit, ties and ragged tails included;
 //  - top_logits returns exactly the full product's logits for the tokens it computes and -inf for
 //    the others, and its k largest (order and lowest-id ties) are the full product's, over random
 //    heads and vectors of many shapes and scales, exact ties and near-ties (rows one ulp apart);
@@ -98,6 +100,128 @@ TEST(Int8RowDots, RejectsShapesItCannotSum) {
   EXPECT_THROW(int8_row_dots(x.data(), 1, rows.data(), s.data(), 1, kInt8DotMaxK + 64, out.data()), Error);
   EXPECT_THROW(int8_row_dots(x.data(), -1, rows.data(), s.data(), 1, 64, out.data()), Error);
   EXPECT_THROW(int8_row_dots_reference(x.data(), 1, rows.data(), 1, 65, out.data()), Error);
+}
+
+// Rows to quantize: scales from subnormal to huge, zeros, exact ties (max 127, weights k + 1/2),
+// and the largest weight anywhere (in a vector block or the scalar tail).
+std::vector<std::vector<uint16_t>> quantize_test_rows(std::mt19937& rng) {
+  std::vector<std::vector<uint16_t>> rows;
+  for (int64_t K : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1024, 1031})
+    for (float sigma : {1e-39f, 1e-3f, 1.f, 3e37f}) {
+      std::normal_distribution<float> normal(0.f, sigma);
+      std::vector<uint16_t> w(static_cast<size_t>(K));
+      for (auto& v : w) v = f32_to_bf16(normal(rng));
+      if (K > 0) w[size_t(rng() % uint64_t(K))] = f32_to_bf16(sigma * (rng() % 2 ? 9.f : -9.f));
+      rows.push_back(w);
+    }
+  // Magnitudes spread over 2^-20 .. 2^20: the double sums of squares round, so a different
+  // summation order would show.
+  for (int64_t K : {9, 31, 100, 1031})
+    for (int copy = 0; copy < 12; ++copy) {
+      std::vector<uint16_t> w(static_cast<size_t>(K));
+      for (auto& v : w) {
+        const float mantissa = rng() % 2 ? 1.f + float(rng() % 1000) / 999.f : -1.f;
+        v = f32_to_bf16(std::ldexp(mantissa, int(rng() % 41) - 20));
+      }
+      rows.push_back(w);
+    }
+  for (int64_t K : {16, 37, 256}) {
+    std::vector<uint16_t> ties(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) ties[size_t(k)] = f32_to_bf16(float(k % 127) + (k % 2 ? 0.5f : -0.5f));
+    ties[size_t(K / 2)] = f32_to_bf16(127.f);
+    rows.push_back(ties);
+    rows.push_back(std::vector<uint16_t>(static_cast<size_t>(K), 0x8000));  // -0: a zero row
+  }
+  return rows;
+}
+
+bool same_fields(const Int8RowQuant& a, const Int8RowQuant& b) {
+  return std::memcmp(&a.max_abs, &b.max_abs, 4) == 0 && std::memcmp(&a.scale, &b.scale, 4) == 0 &&
+         std::memcmp(&a.max_error, &b.max_error, 8) == 0 && std::memcmp(&a.sum_squares, &b.sum_squares, 8) == 0 &&
+         a.sum == b.sum && a.abs_sum == b.abs_sum;
+}
+
+TEST(Int8QuantizeRow, TwinIsItsDefinition) {
+  std::mt19937 rng(5);
+  int rows_checked = 0;
+  for (const std::vector<uint16_t>& w : quantize_test_rows(rng)) {
+    const int64_t K = int64_t(w.size());
+    std::vector<int8_t> q(w.size() + 1, 99);
+    Int8RowQuant f;
+    ASSERT_TRUE(int8_quantize_bf16_row_reference(w.data(), K, q.data(), &f));
+    EXPECT_EQ(q[w.size()], 99) << "wrote past the row";
+    long double m = 0, max_err = 0, squares = 0;
+    int64_t sum = 0, abs_sum = 0;
+    for (uint16_t v : w) m = std::max(m, std::fabs((long double)bf16_to_f32(v)));
+    ASSERT_EQ((long double)f.max_abs, m);
+    ASSERT_EQ(f.scale, float(m) / 127.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const long double wk = bf16_to_f32(w[size_t(k)]);
+      const int code = q[size_t(k)];
+      ASSERT_LE(std::abs(code), 127);
+      if (m > 0) {  // the nearest code to w * 127 / max (within the double roundings of the factor
+                    // and the product); where the factor is exactly 1 (max 127), ties to the even one
+        const long double exact = wk * 127.0L / m, gap = std::fabs(exact - code);
+        ASSERT_LE(gap, 0.5L + 1e-12L) << "k=" << k;
+        if (m == 127 && gap == 0.5L) ASSERT_EQ(code % 2, 0) << "tie at k=" << k;
+      } else {
+        ASSERT_EQ(code, 0);
+      }
+      max_err = std::max(max_err, std::fabs(wk - (long double)f.scale * code));
+      squares += wk * wk;
+      sum += code;
+      abs_sum += std::abs(code);
+    }
+    EXPECT_EQ((long double)f.max_error, max_err);
+    EXPECT_LE(std::fabs((long double)f.sum_squares - squares), squares * 1e-13L);
+    EXPECT_EQ(f.sum, sum);
+    EXPECT_EQ(f.abs_sum, abs_sum);
+    ++rows_checked;
+  }
+  EXPECT_GT(rows_checked, 60);
+}
+
+TEST(Int8QuantizeRow, EveryLevelEqualsTheScalarTwin) {
+  std::mt19937 rng(6);
+  int cases = 0;
+  for (const std::vector<uint16_t>& w : quantize_test_rows(rng)) {
+    const int64_t K = int64_t(w.size());
+    std::vector<int8_t> want(w.size());
+    Int8RowQuant fw;
+    ASSERT_TRUE(int8_quantize_bf16_row_reference(w.data(), K, want.data(), &fw));
+    for (SimdLevel level : all_levels()) {
+      ScopedSimdLevel scoped(level);
+      std::vector<int8_t> got(w.size(), 99);
+      Int8RowQuant fg;
+      ASSERT_TRUE(int8_quantize_bf16_row(w.data(), K, got.data(), &fg));
+      EXPECT_EQ(got, want) << simd_level_name(level) << " K=" << K;
+      EXPECT_TRUE(same_fields(fg, fw)) << simd_level_name(level) << " K=" << K << ": error " << fg.max_error << " / "
+                                       << fw.max_error << ", squares " << fg.sum_squares << " / " << fw.sum_squares;
+      ++cases;
+    }
+  }
+  EXPECT_GT(cases, 60);
+}
+
+TEST(Int8QuantizeRow, RefusesNonFiniteWeightsAndOverlongRows) {
+  for (int64_t K : {1, 16, 40})
+    for (uint16_t bad : {uint16_t(0x7f80), uint16_t(0xff80), uint16_t(0x7fc1), uint16_t(0xffff)})
+      for (int64_t at : {int64_t(0), K / 2, K - 1}) {
+        std::vector<uint16_t> w(static_cast<size_t>(K), f32_to_bf16(1.f));
+        w[size_t(at)] = bad;
+        std::vector<int8_t> q(static_cast<size_t>(K));
+        Int8RowQuant f;
+        EXPECT_FALSE(int8_quantize_bf16_row_reference(w.data(), K, q.data(), &f));
+        for (SimdLevel level : all_levels()) {
+          ScopedSimdLevel scoped(level);
+          EXPECT_FALSE(int8_quantize_bf16_row(w.data(), K, q.data(), &f)) << simd_level_name(level) << " K=" << K;
+        }
+      }
+  std::vector<uint16_t> w(1);
+  std::vector<int8_t> q(1);
+  Int8RowQuant f;
+  EXPECT_THROW(int8_quantize_bf16_row(w.data(), kInt8DotMaxK + 1, q.data(), &f), Error);
+  EXPECT_THROW(int8_quantize_bf16_row(w.data(), -1, q.data(), &f), Error);
 }
 
 // The full product the screen must agree with.

@@ -380,6 +380,34 @@ TEST(SimdGemm, DenseLinearsMatchTwinsBitForBit) {
   }
 }
 
+// The packed layout itself, at every level and on the scalar path: group g (128 rows, the last
+// one what is left of the whole 16-row blocks) holds row j's value at k at [k][j], for shapes
+// with ragged positions (K not a multiple of 8 or 32) and rows past the last block (left out).
+TEST(SimdGemm, PackedLayoutIsTheDefinition) {
+  std::mt19937 rng(21);
+  ThreadPool pool(2);
+  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{16, 1}, {16, 8}, {48, 37}, {130, 64}, {300, 33}, {517, 100}}) {
+    std::vector<uint16_t> W(static_cast<size_t>(N * K));
+    for (auto& v : W) v = uint16_t(rng());
+    const int64_t blocks = N / kPackedRows;
+    std::vector<uint16_t> want(static_cast<size_t>(blocks * kPackedRows * K));
+    for (int64_t g = 0; g * kPackedGroupBlocks < blocks; ++g) {
+      const int64_t row0 = g * kPackedGroupBlocks * kPackedRows;
+      const int64_t rows = std::min(kPackedGroupBlocks, blocks - g * kPackedGroupBlocks) * kPackedRows;
+      for (int64_t j = 0; j < rows; ++j)
+        for (int64_t k = 0; k < K; ++k) want[size_t(row0 * K + k * rows + j)] = W[size_t((row0 + j) * K + k)];
+    }
+    for (SimdLevel l : with_scalar(supported_simd_levels())) {
+      ScopedSimdLevel level(l);
+      std::vector<uint16_t> got(want.size() + 1, 0xabcd);
+      pack_bf16_rows(W.data(), N, K, got.data(), &pool);
+      EXPECT_EQ(got.back(), 0xabcd) << "wrote past the packed matrix";
+      got.pop_back();
+      EXPECT_EQ(got, want) << simd_level_name(l) << " N=" << N << " K=" << K;
+    }
+  }
+}
+
 // Packed products batched into one parallel call (the grouped output projection at decode):
 // every job's values are its own twin's, whatever the mix of group widths and tail rows (a job
 // with fewer than 16 rows is all tail).

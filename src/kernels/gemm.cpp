@@ -707,13 +707,22 @@ PackedGroup packed_group(int64_t NB, int64_t g) {
 void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool) {
   check_dims("pack_bf16_rows", 1, N, K);
   const int64_t NB = N / kPackedRows, NG = (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks;
+  const simd::KernelTable* kt = simd::active_kernels();
   parallel_for(pool_for_work(pool, NB * K * kPackedRows), NG, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const PackedGroup pg = packed_group(NB, g);
       const int64_t rows = pg.width * kPackedRows, row0 = pg.first_block * kPackedRows;
       uint16_t* group = out + row0 * K;
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < rows; ++j) group[k * rows + j] = W[(row0 + j) * K + k];
+      if (kt) {
+        kt->transpose_u16(W + row0 * K, K, rows, K, group, rows);
+        continue;
+      }
+      // 32 positions (a cache line of each source row) at a time for 16 rows: element by element
+      // over whole rows every value read missed the cache.
+      for (int64_t k0 = 0; k0 < K; k0 += 32)
+        for (int64_t j0 = 0; j0 < rows; j0 += kPackedRows)
+          for (int64_t k = k0; k < std::min(K, k0 + 32); ++k)
+            for (int64_t j = j0; j < j0 + kPackedRows; ++j) group[k * rows + j] = W[(row0 + j) * K + k];
     }
   });
 }
@@ -778,6 +787,11 @@ void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64
 void dequant_fp8_to_bf16(const Fp8Matrix& W, uint16_t* out) {
   check_dims("dequant_fp8_to_bf16", 0, W.N, W.K);
   const int64_t scale_cols = (W.K + kBlock - 1) / kBlock;
+  if (W.K % kBlock == 0) {  // rows of whole blocks: the cache's row kernel (SIMD), the same values
+    for (int64_t n = 0; n < W.N; ++n)
+      fp8_dequant_row(W.w + n * W.K, W.scale + (n / kBlock) * scale_cols, W.K, out + n * W.K);
+    return;
+  }
   for (int64_t n = 0; n < W.N; ++n)
     for (int64_t k = 0; k < W.K; ++k) {
       const float scale = e8m0_to_f32(W.scale[(n / kBlock) * scale_cols + k / kBlock]);

@@ -1,9 +1,14 @@
 #include "kernels/int8_dot.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "base/error.h"
+#include "kernels/numeric_formats.h"
 #include "kernels/simd_kernels.h"
+#include "kernels/softmax_exp.h"
 
 namespace ds41 {
 
@@ -12,6 +17,11 @@ void check_shape(int64_t x_count, int64_t n_rows, int64_t K) {
   if (x_count < 0 || n_rows < 0 || K < 0 || K % 64 != 0 || K > kInt8DotMaxK)
     throw Error("int8_row_dots: K must be a multiple of 64 up to " + std::to_string(kInt8DotMaxK) + " (got " +
                 std::to_string(K) + ", " + std::to_string(n_rows) + " rows)");
+}
+void check_quantize_length(int64_t K) {
+  if (K < 0 || K > kInt8DotMaxK)
+    throw Error("int8_quantize_bf16_row: row length " + std::to_string(K) + " is outside [0, " +
+                std::to_string(kInt8DotMaxK) + "]");
 }
 }  // namespace
 
@@ -32,6 +42,40 @@ void int8_row_dots_reference(const int8_t* x, int64_t x_count, const int8_t* row
       for (int64_t k = 0; k < K; ++k) acc += int64_t(x[i * K + k]) * rows[r * K + k];
       out[i * n_rows + r] = int32_t(acc);
     }
+}
+
+bool int8_quantize_bf16_row(const uint16_t* w, int64_t K, int8_t* q, Int8RowQuant* out) {
+  check_quantize_length(K);
+  if (const simd::KernelTable* kt = simd::active_kernels()) return kt->int8_quantize_bf16_row(w, K, q, out);
+  return int8_quantize_bf16_row_reference(w, K, q, out);
+}
+
+bool int8_quantize_bf16_row_reference(const uint16_t* w, int64_t K, int8_t* q, Int8RowQuant* out) {
+  check_quantize_length(K);
+  float m = 0.f;
+  for (int64_t k = 0; k < K; ++k) {
+    const float a = std::fabs(bf16_to_f32(w[k]));
+    if (!(a <= std::numeric_limits<float>::max())) return false;  // inf or NaN
+    m = std::max(m, a);
+  }
+  const float s = m / 127.0f;
+  const double inv = m > 0 ? 127.0 / double(m) : 0.0;  // finite in double for a subnormal m too
+  double max_error = 0, lanes[8] = {};
+  int32_t sum = 0, abs_sum = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double wk = double(bf16_to_f32(w[k]));
+    // |wk * inv| <= 127 (and a rounding): nearbyint rounds ties to even in the default mode.
+    const int code = int(std::clamp(std::nearbyint(wk * inv), -127.0, 127.0));
+    q[k] = int8_t(code);
+    // wk and s * code (<= 32 significant bits) are doubles of similar size: exact differences
+    // save for rare exceptions, which the screen's margin covers.
+    max_error = std::max(max_error, std::fabs(wk - double(s) * code));
+    lanes[k % 8] += wk * wk;
+    sum += code;
+    abs_sum += code < 0 ? -code : code;
+  }
+  *out = {m, s, max_error, combine_lanes(lanes), sum, abs_sum};
+  return true;
 }
 
 }  // namespace ds41

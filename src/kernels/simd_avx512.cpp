@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/int8_dot.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
 #include "kernels/softmax_exp.h"
@@ -46,14 +47,16 @@ const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,    
                             prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
                             indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                            nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd};
+                            nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd,
+                            transpose_u16,      int8_quantize_bf16_row_simd};
 // The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
 const KernelTable kTableVbmi = {SimdLevel::Avx512Vbmi, dense_bf16w,     dense_f32w,     dense_packed_bf16,
                                 fp8_kernel_vbmi,       fp4_kernel,      act_quant_row_simd,
                                 prepare_fp8_row,       prepare_fp4_row, sparse_attention_row_simd,
                                 indexer_scores_simd,   hc_mix_dots_simd, fma_peak_simd,
                                 mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                                prepare_fp8_digits,    hc_post_simd,      int8_row_dots_simd, scaled_exp_sum_simd};
+                                prepare_fp8_digits,    hc_post_simd,      int8_row_dots_simd, scaled_exp_sum_simd,
+                                transpose_u16,         int8_quantize_bf16_row_simd};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/gemm.h"
+#include "kernels/int8_dot.h"
 #include "kernels/simd_level.h"
 
 namespace ds41::simd {
@@ -137,6 +138,11 @@ struct KernelTable {
                         int64_t K, int32_t* out);
   // scaled_exp_sum (softmax_exp.h).
   double (*scaled_exp_sum)(const float* x, int64_t n, float scale, float shift, float* out);
+  // dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols (pack_bf16_rows).
+  void (*transpose_u16)(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint16_t* dst,
+                        int64_t dst_stride);
+  // int8_quantize_bf16_row (int8_dot.h), K already validated.
+  bool (*int8_quantize_bf16_row)(const uint16_t* w, int64_t K, int8_t* q, Int8RowQuant* out);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

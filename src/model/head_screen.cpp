@@ -51,41 +51,19 @@ std::unique_ptr<HeadScreen> HeadScreen::build(const uint16_t* head, int64_t voca
     for (int64_t c = c0; c < c1; ++c) {
       double largest = 0;
       for (int64_t v = chunk_begin(vocab, chunks, c); v < chunk_begin(vocab, chunks, c + 1); ++v) {
-        const uint16_t* w = head + v * dim;
-        // The largest magnitude (a non-finite weight flagged without a branch), then the codes.
-        float m = 0.f;
-        bool bad = false;
-        for (int64_t k = 0; k < dim; ++k) {
-          const float a = std::fabs(bf16_to_f32(w[k]));
-          bad |= !(a <= std::numeric_limits<float>::max());  // inf or NaN
-          m = a > m ? a : m;
-        }
-        if (bad) {
+        Int8RowQuant rq;
+        if (!int8_quantize_bf16_row(head + v * dim, dim, reinterpret_cast<int8_t*>(s->q_.data()) + v * Kp, &rq)) {
           finite = false;
           return;
         }
-        int8_t* q = reinterpret_cast<int8_t*>(s->q_.data()) + v * Kp;
-        const float sv = m / 127.0f;
-        const double inv = m > 0 ? 127.0 / double(m) : 0.0;  // finite in double for subnormal m too
-        double err = 0, sq = 0;
-        int32_t sum = 0, abs_sum = 0;
-        for (int64_t k = 0; k < dim; ++k) {
-          const float wk = bf16_to_f32(w[k]);
-          const int qk = round_to_code(double(wk) * inv);
-          q[k] = int8_t(qk);
-          // wk and sv * qk (<= 32 significant bits) are exact doubles of similar size: the
-          // difference is exact too; the margin below covers the rare exception.
-          err = std::max(err, std::fabs(double(wk) - double(sv) * qk));
-          sq += double(wk) * wk;
-          sum += qk;
-          abs_sum += qk < 0 ? -qk : qk;
-        }
-        s->scale_[size_t(v)] = sv;
-        s->err_[size_t(v)] = err * kInflate + double(m) * 0x1p-50;
-        s->row_sum_[size_t(v)] = int32_t(sum);
-        s->abs_sum_[size_t(v)] = int32_t(abs_sum);
-        s->norm_[size_t(v)] = std::sqrt(sq) * kInflate;
-        largest = std::max(largest, double(m));
+        // The measured error and norm are exact but for rare roundings of the double arithmetic,
+        // which the margins cover.
+        s->scale_[size_t(v)] = rq.scale;
+        s->err_[size_t(v)] = rq.max_error * kInflate + double(rq.max_abs) * 0x1p-50;
+        s->row_sum_[size_t(v)] = rq.sum;
+        s->abs_sum_[size_t(v)] = rq.abs_sum;
+        s->norm_[size_t(v)] = std::sqrt(rq.sum_squares) * kInflate;
+        largest = std::max(largest, double(rq.max_abs));
       }
       chunk_max[size_t(c)] = largest;
     }
