@@ -64,8 +64,10 @@ bool int8_quantize_bf16_row_reference(const uint16_t* w, int64_t K, int8_t* q, I
   int32_t sum = 0, abs_sum = 0;
   for (int64_t k = 0; k < K; ++k) {
     const double wk = double(bf16_to_f32(w[k]));
-    // |wk * inv| <= 127 (and a rounding): nearbyint rounds ties to even in the default mode.
-    const int code = int(std::clamp(std::nearbyint(wk * inv), -127.0, 127.0));
+    // |wk * inv| <= 127 (and a rounding): adding and taking off 1.5 * 2^52 leaves no fraction
+    // bits, rounding ties to even as nearbyint does in the default mode, without a libm call per
+    // weight on CPUs whose baseline has no rounding instruction.
+    const int code = int(std::clamp((wk * inv + 0x1.8p52) - 0x1.8p52, -127.0, 127.0));
     q[k] = int8_t(code);
     // wk and s * code (<= 32 significant bits) are doubles of similar size: exact differences
     // save for rare exceptions, which the screen's margin covers.
