@@ -89,7 +89,10 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   int n_blocks = 0;
   for (int s = 0; s < S; ++s)
     if (key_block[size_t(row_key_layer[size_t(s)])] == 0) key_block[size_t(row_key_layer[size_t(s)])] = ++n_blocks;
-  DS41_SCRATCH_UNINIT(uint16_t, K, n_blocks * total * IH, planned * IH);  // every row written below
+  DS41_SCRATCH_UNINIT(uint16_t, K, n_blocks * total * IH, planned * IH);  // every row read is written below
+  // A decode row of a layer restricted to the candidate pool (below) reads only the pool's keys.
+  const std::vector<uint8_t>* pool_keys =
+      S == 1 && lp.uses_candidates && ctx.candidates_built ? &ctx.candidates[0] : nullptr;
   for (size_t l = 0; l < key_block.size(); ++l) {
     if (key_block[l] == 0) continue;
     const LayerState& keys = ctx.state.layers[l];
@@ -97,8 +100,9 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     const int64_t written = std::min<int64_t>(total, keys.entries);
     parallel_for(ctx.pool, written, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH,
-                          block + t * IH);
+        if (!pool_keys || (size_t(t) < pool_keys->size() && (*pool_keys)[size_t(t)]))
+          mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH,
+                            block + t * IH);
     });
     std::fill(block + written * IH, block + total * IH, uint16_t{0});
   }
@@ -129,8 +133,17 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     ctx.candidates.resize(size_t(S));
     ctx.candidates_built = true;
   }
-  // One query row: scores of the visible keys (by `score_keys`), then the candidate pool and top-k.
-  auto select_row = [&](int64_t s, float* score, const auto& score_keys) {
+  // One query row: scores of the visible keys (by `score_runs`, over runs [t0, t1) of keys), then
+  // the candidate pool and top-k.
+  //
+  // A layer restricted to the candidate pool scores only the pool's entries: every other score
+  // would be replaced by -inf, and each key's score is its own, so the row is the same as
+  // scoring all of them and masking. In the decoder (one entry per token) that is what keeps a
+  // long context cheap: the released model's pool holds 2048 blocks of 8 entries, so at 64K
+  // tokens these layers score a quarter of the keys (32 heads x 128 dims each).
+  // (The plan never restricts the pool's source layer: uses_candidates needs a later layer.)
+  const int64_t max_runs = pool_restricted ? int64_t(c.candidate_topk_blocks) + 1 : 1;
+  auto select_row = [&](int64_t s, float* score, const auto& score_runs) {
     const int64_t count = (ctx.pos(int(s)) + 1) / m;  // entries whose whole group is visible
     if (ctx.hooks && ctx.hooks->pin_topk) {
       if (auto pinned = ctx.hooks->pin_topk(lp.id, int(s))) {
@@ -146,14 +159,28 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     // A row that sees only the first key_rows keys reads zeros beyond: relu(0) * weight sums to 0.
     const uint16_t* Ks = K.data() + (key_block[size_t(row_key_layer[size_t(s)])] - 1) * total * IH;
     const int64_t scored = std::min(count, row_key_rows[size_t(s)]);
-    score_keys(qi.data() + s * NH * IH, wts.data() + s * NH, Ks, scored, score);
-    for (int64_t t = scored; t < count; ++t) score[t] = 0.f;
+    DS41_SCRATCH_CAP(int64_t, runs, 0, 2 * max_runs);  // [t0, t1) pairs
+    if (pool_restricted) {
+      const std::vector<uint8_t>& keep = ctx.candidates[s];
+      for (int64_t t = 0; t < count; ++t) score[t] = keep[size_t(t)] ? 0.f : -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < scored;) {
+        if (!keep[size_t(t)]) {
+          ++t;
+          continue;
+        }
+        const int64_t t0 = t;
+        while (t < scored && keep[size_t(t)]) ++t;
+        runs.push_back(t0);
+        runs.push_back(t);
+      }
+    } else {
+      for (int64_t t = scored; t < count; ++t) score[t] = 0.f;
+      if (scored > 0) runs.insert(runs.end(), {int64_t{0}, scored});
+    }
+    score_runs(qi.data() + s * NH * IH, wts.data() + s * NH, Ks, runs, score);
     if (pool_source)
       candidate_pool_row(score, count, count, c.candidate_topk_blocks, c.candidate_block_size, ctx.candidates[s],
                          planned);
-    if (pool_restricted)
-      for (int64_t t = 0; t < count; ++t)
-        if (!ctx.candidates[s][t]) score[t] = -std::numeric_limits<float>::infinity();
     select_topk_row(score, count, count, c.index_topk, out[s]);
   };
   const int threads = ctx.pool ? ctx.pool->size() : 1;
@@ -163,22 +190,37 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
       torch_topk_reserve(planned);
       for (int64_t s = s0; s < s1; ++s)
         select_row(s, score.data(),
-                   [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, int64_t n, float* sc) {
-                     indexer_scores(q, wq, int(NH), IH, Ks, n, sc);
+                   [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, const std::vector<int64_t>& runs,
+                       float* sc) {
+                     for (size_t r = 0; r < runs.size(); r += 2)
+                       indexer_scores(q, wq, int(NH), IH, Ks + runs[r] * IH, runs[r + 1] - runs[r], sc + runs[r]);
                    });
     });
   } else {  // decode: each row's keys split across the threads (every key's score is its own)
     DS41_SCRATCH_CAP(float, score, total, planned);
     torch_topk_reserve(planned);
     for (int64_t s = 0; s < S; ++s)
-      select_row(s, score.data(), [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, int64_t n, float* sc) {
-        parallel_for(ctx.pool, threads, [&](int64_t p0, int64_t p1) {
-          for (int64_t p = p0; p < p1; ++p) {
-            const int64_t t0 = n * p / threads, t1 = n * (p + 1) / threads;
-            if (t1 > t0) indexer_scores(q, wq, int(NH), IH, Ks + t0 * IH, t1 - t0, sc + t0);
-          }
-        });
-      });
+      select_row(s, score.data(),
+                 [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, const std::vector<int64_t>& runs,
+                     float* sc) {
+                   int64_t n = 0;  // keys in all runs; thread p takes keys [n p / T, n (p + 1) / T) of them
+                   for (size_t r = 0; r < runs.size(); r += 2) n += runs[r + 1] - runs[r];
+                   parallel_for(ctx.pool, threads, [&](int64_t p0, int64_t p1) {
+                     for (int64_t p = p0; p < p1; ++p) {
+                       const int64_t k0 = n * p / threads, k1 = n * (p + 1) / threads;
+                       int64_t before = 0;  // keys in the runs before run r
+                       for (size_t r = 0; r < runs.size() && before < k1; r += 2) {
+                         const int64_t len = runs[r + 1] - runs[r];
+                         const int64_t a = std::max(k0, before), b = std::min(k1, before + len);
+                         if (b > a) {
+                           const int64_t t0 = runs[r] + (a - before);
+                           indexer_scores(q, wq, int(NH), IH, Ks + t0 * IH, b - a, sc + t0);
+                         }
+                         before += len;
+                       }
+                     }
+                   });
+                 });
   }
   if (ctx.hooks && ctx.hooks->on_topk)
     for (int s = 0; s < S; ++s) ctx.hooks->on_topk(lp.id, s, out[s]);
