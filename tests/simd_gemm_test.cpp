@@ -408,6 +408,28 @@ TEST(SimdGemm, PackedLayoutIsTheDefinition) {
   }
 }
 
+// The kernel behind the packing on its own, for any shape: ragged rows and columns around the
+// 8 x 8 tiles and 32-column strips, strides wider than the rows; nothing outside the
+// destination rectangle is touched.
+TEST(SimdGemm, TransposeU16MatchesTheDefinition) {
+  std::mt19937 rng(22);
+  for (SimdLevel l : supported_simd_levels()) {
+    const simd::KernelTable* kt = simd::kernel_table(l);
+    ASSERT_NE(kt, nullptr);
+    for (int64_t rows : {1, 7, 8, 9, 16, 23})
+      for (int64_t cols : {1, 7, 8, 31, 32, 33, 70}) {
+        const int64_t src_stride = cols + 3, dst_stride = rows + 5;
+        std::vector<uint16_t> src(static_cast<size_t>(rows * src_stride));
+        for (auto& v : src) v = uint16_t(rng());
+        std::vector<uint16_t> want(static_cast<size_t>(cols * dst_stride), 0x5a5a), got = want;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) want[size_t(c * dst_stride + r)] = src[size_t(r * src_stride + c)];
+        kt->transpose_u16(src.data(), src_stride, rows, cols, got.data(), dst_stride);
+        EXPECT_EQ(got, want) << simd_level_name(l) << " rows=" << rows << " cols=" << cols;
+      }
+  }
+}
+
 // Packed products batched into one parallel call (the grouped output projection at decode):
 // every job's values are its own twin's, whatever the mix of group widths and tail rows (a job
 // with fewer than 16 rows is all tail).
