@@ -2,6 +2,7 @@
 // per decoded token, and the efficiencies relating them (runtime/bench.h), for the active SIMD
 // level and, for the speed-up, the scalar kernels (DS41_SIMD or --no-scalar to change that).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -13,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/simd_level.h"
+#include "model/head_screen.h"
 #include "runtime/bench.h"
 
 namespace ds41::cli {
@@ -242,7 +244,16 @@ int cmd_bench(int argc, char** argv) {
   if (!as_json) std::fprintf(stderr, "bench: measuring memory bandwidth and FMA peak on %d threads\n", pool.size());
   const double triad = measure_triad_bandwidth(&pool, triad_mb << 20, 5);
   const double peak = measure_fma_peak(&pool, 1.0);
+  // What a user waits for before the first token besides the prefill: the load, and on the first
+  // greedy call the head screen's build (built here, so the figures below do not include it).
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const Clock::time_point load_start = Clock::now();
   auto model = Model::load(dir);
+  const double load_seconds = since(load_start);
+  const Clock::time_point screen_start = Clock::now();
+  const bool has_screen = model->head_screen(&pool) != nullptr;
+  const double screen_seconds = since(screen_start);
   const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
   const int64_t macs = quantized_macs_per_token(*model);
   constexpr int64_t kWarmUpSteps = 4;
@@ -264,6 +275,8 @@ int cmd_bench(int argc, char** argv) {
   out["machine"] = {{"triad_bytes_per_s", triad}, {"fma_peak_flops", peak}, {"fma_peak_level", simd_level_name(simd_level_supported())}};
   out["quantized_macs_per_token"] = macs;
   out["locked_bytes"] = locked;
+  out["load_seconds"] = load_seconds;
+  out["head_screen_build_seconds"] = has_screen ? json(screen_seconds) : json(nullptr);
   out["warm_up"] = {{"prefill_tokens", warm_up.prefill_tokens}, {"decode_steps", warm_up.decode_steps},
                     {"seconds", warm_up.seconds}};
   out["figures"] = figures_json(simd, triad, peak, macs, pool.size());
@@ -292,6 +305,11 @@ int cmd_bench(int argc, char** argv) {
   std::printf("  memory bandwidth (STREAM triad): %.2f GB/s    FMA peak (fp32, %s): %.1f GFLOP/s\n", triad / 1e9,
               simd_level_name(simd_level_supported()), peak / 1e9);
   std::printf("  quantized GEMM work per prefill token: %.1f M multiply-adds\n", double(macs) / 1e6);
+  if (has_screen)
+    std::printf("  model load: %.2f s    greedy head screen build (first greedy call): %.2f s\n", load_seconds,
+                screen_seconds);
+  else
+    std::printf("  model load: %.2f s    (this head has no greedy screen)\n", load_seconds);
   print_figures("kernels at the active level:", out["figures"]);
   if (out.contains("scalar")) {
     print_figures("scalar kernels:", out["scalar"]);

@@ -125,6 +125,8 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
   EXPECT_GT(j["warm_up"]["seconds"].get<double>(), 0.0);
   EXPECT_GT(j["machine"]["triad_bytes_per_s"].get<double>(), 1e8);
   EXPECT_GT(j["machine"]["fma_peak_flops"].get<double>(), 1e8);
+  EXPECT_GT(j["load_seconds"].get<double>(), 0.0);
+  EXPECT_GT(j["head_screen_build_seconds"].get<double>(), 0.0);  // the tiny head has a screen
   ASSERT_EQ(j["figures"]["prefill"].size(), 2u);
   EXPECT_EQ(j["figures"]["prefill"][1]["tokens"], 40);
   EXPECT_GT(j["figures"]["prefill"][1]["tokens_per_s"].get<double>(), 0.0);
