@@ -163,7 +163,9 @@ TEST(Int8QuantizeRow, TwinIsItsDefinition) {
                     // and the product); where the factor is exactly 1 (max 127), ties to the even one
         const long double exact = wk * 127.0L / m, gap = std::fabs(exact - code);
         ASSERT_LE(gap, 0.5L + 1e-12L) << "k=" << k;
-        if (m == 127 && gap == 0.5L) ASSERT_EQ(code % 2, 0) << "tie at k=" << k;
+        if (m == 127 && gap == 0.5L) {
+          ASSERT_EQ(code % 2, 0) << "tie at k=" << k;
+        }
       } else {
         ASSERT_EQ(code, 0);
       }
