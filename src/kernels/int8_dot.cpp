@@ -58,26 +58,30 @@ bool int8_quantize_bf16_row_reference(const uint16_t* w, int64_t K, int8_t* q, I
     if (!(a <= std::numeric_limits<float>::max())) return false;  // inf or NaN
     m = std::max(m, a);
   }
-  const float s = m / 127.0f;
-  const double inv = m > 0 ? 127.0 / double(m) : 0.0;  // finite in double for a subnormal m too
-  double max_error = 0, lanes[8] = {};
-  int32_t sum = 0, abs_sum = 0;
-  for (int64_t k = 0; k < K; ++k) {
+  Int8RowQuant row;
+  row.max_abs = m;
+  row.scale = m / 127.0f;
+  double lanes[8] = {};
+  int8_quantize_bf16_elements(w, 0, K, m > 0 ? 127.0 / double(m) : 0.0, q, &row, lanes);  // finite for subnormal m
+  row.sum_squares = combine_lanes(lanes);
+  *out = row;
+  return true;
+}
+
+void int8_quantize_bf16_elements(const uint16_t* w, int64_t k0, int64_t K, double inv, int8_t* q, Int8RowQuant* row,
+                                 double lanes[8]) {
+  const double s = double(row->scale);
+  for (int64_t k = k0; k < K; ++k) {
     const double wk = double(bf16_to_f32(w[k]));
-    // |wk * inv| <= 127 (and a rounding): adding and taking off 1.5 * 2^52 leaves no fraction
-    // bits, rounding ties to even as nearbyint does in the default mode, without a libm call per
-    // weight on CPUs whose baseline has no rounding instruction.
-    const int code = int(std::clamp((wk * inv + 0x1.8p52) - 0x1.8p52, -127.0, 127.0));
+    const int code = int8_code(wk * inv);  // |wk * inv| <= 127 and a rounding
     q[k] = int8_t(code);
     // wk and s * code (<= 32 significant bits) are doubles of similar size: exact differences
     // save for rare exceptions, which the screen's margin covers.
-    max_error = std::max(max_error, std::fabs(wk - double(s) * code));
+    row->max_error = std::max(row->max_error, std::fabs(wk - s * code));
     lanes[k % 8] += wk * wk;
-    sum += code;
-    abs_sum += code < 0 ? -code : code;
+    row->sum += code;
+    row->abs_sum += code < 0 ? -code : code;
   }
-  *out = {m, s, max_error, combine_lanes(lanes), sum, abs_sum};
-  return true;
 }
 
 }  // namespace ds41

@@ -42,5 +42,18 @@ struct Int8RowQuant {
 bool int8_quantize_bf16_row(const uint16_t* w, int64_t K, int8_t* q, Int8RowQuant* out);
 // The scalar twin.
 bool int8_quantize_bf16_row_reference(const uint16_t* w, int64_t K, int8_t* q, Int8RowQuant* out);
+// Weights [k0, K) of a row as the twin quantizes them (inv = 127 / max|w| in double, or 0), each
+// code into q, continuing the running max_error, sum and abs_sum in *row and the squares' eight
+// lanes: the twin's whole loop, and the SIMD kernels' ragged tail.
+void int8_quantize_bf16_elements(const uint16_t* w, int64_t k0, int64_t K, double inv, int8_t* q, Int8RowQuant* row,
+                                 double lanes[8]);
+
+// v rounded to the nearest integer (ties to even, as in the default rounding mode) and clamped to
+// the int8 codes [-127, 127], for |v| < 2^51: adding and taking off 1.5 * 2^52 leaves no fraction
+// bits, without a libm call where the baseline has no rounding instruction.
+inline int int8_code(double v) {
+  const double r = (v + 0x1.8p52) - 0x1.8p52;
+  return int(r < -127.0 ? -127.0 : r > 127.0 ? 127.0 : r);
+}
 
 }  // namespace ds41

@@ -22,12 +22,6 @@ int64_t screen_chunks(int64_t V) { return std::min<int64_t>(V, 256); }
 // relative margin (far above the ~10 * 2^-53 it can lose) so that it stays an upper bound.
 constexpr double kInflate = 1.0 + 0x1p-40;
 
-// v rounded to the nearest integer, clamped to the int8 codes [-127, 127], for |v| below 2^51
-// (callers pass v within 127 and a little): adding 1.5 * 2^52 leaves no fraction bits, without a
-// libm call per element. Any code would keep the screen sound (its errors are measured); this one
-// keeps them smallest.
-inline int round_to_code(double v) { return std::clamp(int((v + 0x1.8p52) - 0x1.8p52), -127, 127); }
-
 }  // namespace
 
 std::unique_ptr<HeadScreen> HeadScreen::build(const uint16_t* head, int64_t vocab, int64_t dim, ThreadPool* pool) {
@@ -111,7 +105,9 @@ HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int
     double dmax = 0;
     int64_t h_abs = 0;
     for (int64_t i = 0; i < K; ++i) {
-      const int hi = sx > 0 ? round_to_code(double(xm[i]) / sx) : 0;
+      // The nearest code (int8_dot.h; any code would keep the screen sound, its errors are
+      // measured - this one keeps them smallest).
+      const int hi = sx > 0 ? int8_code(double(xm[i]) / sx) : 0;
       h[size_t(m * Kp_ + i)] = int8_t(hi);
       h_abs += hi < 0 ? -hi : hi;
       dmax = std::max(dmax, std::fabs(double(xm[i]) - sx * hi));

@@ -90,9 +90,10 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   for (int s = 0; s < S; ++s)
     if (key_block[size_t(row_key_layer[size_t(s)])] == 0) key_block[size_t(row_key_layer[size_t(s)])] = ++n_blocks;
   DS41_SCRATCH_UNINIT(uint16_t, K, n_blocks * total * IH, planned * IH);  // every row read is written below
+  const bool pool_source = lp.candidate_source;
+  const bool pool_restricted = lp.uses_candidates && ctx.candidates_built;
   // A decode row of a layer restricted to the candidate pool (below) reads only the pool's keys.
-  const std::vector<uint8_t>* pool_keys =
-      S == 1 && lp.uses_candidates && ctx.candidates_built ? &ctx.candidates[0] : nullptr;
+  const std::vector<uint8_t>* pool_keys = S == 1 && pool_restricted ? &ctx.candidates[0] : nullptr;
   for (size_t l = 0; l < key_block.size(); ++l) {
     if (key_block[l] == 0) continue;
     const LayerState& keys = ctx.state.layers[l];
@@ -127,8 +128,6 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   const float wscale = float(std::pow(double(IH), -0.5) * std::pow(double(NH), -0.5));
   for (auto& v : wts) v = f32_to_bf16(bf16_to_f32(v) * wscale);
 
-  const bool pool_source = lp.candidate_source;
-  const bool pool_restricted = lp.uses_candidates && ctx.candidates_built;
   if (pool_source) {
     ctx.candidates.resize(size_t(S));
     ctx.candidates_built = true;
