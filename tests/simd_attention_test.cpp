@@ -348,5 +348,33 @@ TEST(SimdAttention, CacheDequantizersMatchTwinBitForBit) {
   }
 }
 
+// MXFP4 with every scale code as a block's scale (the byte-lookup path takes codes 2..252, the
+// fp32 path the others: 2^-127 and 2^-126 give subnormals, 253 and 254 overflow, 255 is NaN),
+// each block holding every FP4 code at every nibble position, in one call over all the blocks.
+TEST(SimdAttention, Mxfp4DequantEveryScaleAndCodeMatchesTwin) {
+  const auto levels = supported_simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  const int64_t blocks = 256 * 2, K = 32 * blocks;
+  std::vector<uint8_t> packed(static_cast<size_t>(K / 2)), e8m0(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) {
+    e8m0[size_t(b)] = uint8_t(b % 256);
+    for (int i = 0; i < 16; ++i)  // byte i: code i in the low nibble, code 15 - i (or i) in the high
+      packed[size_t(b * 16 + i)] = uint8_t(i | ((b < 256 ? 15 - i : i) << 4));
+  }
+  std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+  {
+    ScopedSimdLevel scalar(SimdLevel::Scalar);
+    mxfp4_dequant_row(packed.data(), e8m0.data(), K, twin.data());
+  }
+  for (SimdLevel l : levels) {
+    ScopedSimdLevel level(l);
+    std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
+    mxfp4_dequant_row(packed.data(), e8m0.data(), K, fast.data());
+    for (int64_t i = 0; i < K; ++i)
+      ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " scale code " << (i / 32) % 256
+                                                  << " value " << i % 32;
+  }
+}
+
 }  // namespace
 }  // namespace ds41

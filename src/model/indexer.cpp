@@ -99,11 +99,20 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     const LayerState& keys = ctx.state.layers[l];
     uint16_t* block = K.data() + (key_block[l] - 1) * total * IH;
     const int64_t written = std::min<int64_t>(total, keys.entries);
+    // Rows are stored back to back and their MXFP4 blocks are independent: one call per run of
+    // rows read (all of [t0, t1) unless the pool restricts them) dequantizes the run as one row.
+    auto is_read = [&](int64_t t) { return !pool_keys || (size_t(t) < pool_keys->size() && (*pool_keys)[size_t(t)]); };
     parallel_for(ctx.pool, written, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        if (!pool_keys || (size_t(t) < pool_keys->size() && (*pool_keys)[size_t(t)]))
-          mxfp4_dequant_row(keys.ik_codes.data() + t * (IH / 2), keys.ik_scales.data() + t * (IH / 32), IH,
-                            block + t * IH);
+      for (int64_t t = t0; t < t1;) {
+        if (!is_read(t)) {
+          ++t;
+          continue;
+        }
+        const int64_t run = t;
+        while (t < t1 && is_read(t)) ++t;
+        mxfp4_dequant_row(keys.ik_codes.data() + run * (IH / 2), keys.ik_scales.data() + run * (IH / 32),
+                          (t - run) * IH, block + run * IH);
+      }
     });
     std::fill(block + written * IH, block + total * IH, uint16_t{0});
   }
