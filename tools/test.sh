@@ -25,14 +25,22 @@ if [[ "${DS41_SKIP_SANITIZE:-0}" != 1 ]]; then
   # than GCC with the same sanitizers, and libFuzzer needs clang), so the engine is compiled twice
   # in CI, not three times. -O1 -g1 (line tables): the level the sanitizers recommend. Without
   # clang the tests still run under GCC's sanitizers and the fuzzers are skipped.
-  sanitizer_env=() fuzz=OFF fuzz_label=""
+  sanitizer_compilers=() fuzz=OFF fuzz_label="" cxx=c++
   if command -v clang++ >/dev/null; then
-    sanitizer_env=(CC=clang CXX=clang++) fuzz=ON fuzz_label=" + fuzzers"
+    cxx=$(command -v clang++)
+    sanitizer_compilers=(-DCMAKE_C_COMPILER="$(command -v clang)" -DCMAKE_CXX_COMPILER="$cxx") fuzz=ON fuzz_label=" + fuzzers"
   else
     echo "warning: clang++ not found: sanitizer build with the default compiler, fuzzers skipped" >&2
   fi
+  # A build-asan configured with another compiler (older versions of this script used GCC) starts
+  # afresh: CMake would drop the options given here along with its cache.
+  cached_cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build-asan/CMakeCache.txt 2>/dev/null || true)
+  if [[ -n $cached_cxx && $cached_cxx != "$cxx" && ${#sanitizer_compilers[@]} -gt 0 ]]; then
+    echo "build-asan was configured with $cached_cxx: removing it for $cxx" >&2
+    rm -rf build-asan
+  fi
   echo "== ASan+UBSan build + tests$fuzz_label"
-  env "${sanitizer_env[@]}" cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B build-asan "${generator[@]}" "${sanitizer_compilers[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDS41_SANITIZE=ON -DDS41_FUZZ="$fuzz" -DDS41_BUILD_SLOW_TESTS=OFF \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
   cmake --build build-asan -j"$jobs"
