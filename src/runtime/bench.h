@@ -111,7 +111,12 @@ WarmUp bench_warm_up(const Model& m, int64_t tokens, int64_t steps, ThreadPool* 
 struct GemmFigure {
   int64_t rows = 0;
   double flops = 0, seconds = 0;
+  // The same pass split by kernel family (fp8 + fp4 = the totals above): on AVX2 the exact FP8
+  // products run as double FMAs, the FP4 ones as 8-bit integer dot products.
+  double fp8_flops = 0, fp8_seconds = 0, fp4_flops = 0, fp4_seconds = 0;
   double flops_per_s() const { return seconds > 0 ? flops / seconds : 0; }
+  double fp8_flops_per_s() const { return fp8_seconds > 0 ? fp8_flops / fp8_seconds : 0; }
+  double fp4_flops_per_s() const { return fp4_seconds > 0 ? fp4_flops / fp4_seconds : 0; }
 };
 GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool);
 

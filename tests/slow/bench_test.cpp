@@ -175,7 +175,20 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
   if (j.contains("scalar")) {
     for (const auto& d : j["scalar"]["decode"]) EXPECT_FALSE(d.contains("greedy_head_screen"));
   }
-  EXPECT_GT(j["figures"]["quantized_gemms"]["flops_per_s"].get<double>(), 0.0);
+  {
+    // The FP8 and FP4 figures split the same pass: their flops and seconds add up to the totals.
+    const auto& g = j["figures"]["quantized_gemms"];
+    EXPECT_GT(g["flops_per_s"].get<double>(), 0.0);
+    for (const char* family : {"fp8", "fp4"}) {
+      EXPECT_GT(g[family]["flops"].get<double>(), 0.0) << family;
+      EXPECT_NEAR(g[family]["flops_per_s"].get<double>() * g[family]["seconds"].get<double>(),
+                  g[family]["flops"].get<double>(), 1e-9 * g[family]["flops"].get<double>());
+    }
+    EXPECT_NEAR(g["fp8"]["flops"].get<double>() + g["fp4"]["flops"].get<double>(), g["flops"].get<double>(),
+                1e-9 * g["flops"].get<double>());
+    EXPECT_NEAR(g["fp8"]["seconds"].get<double>() + g["fp4"]["seconds"].get<double>(), g["seconds"].get<double>(),
+                1e-12);
+  }
   EXPECT_TRUE(j["load_average"].contains("before"));
   if (j["simd_level"] != "scalar") {
     EXPECT_TRUE(j.contains("scalar"));
