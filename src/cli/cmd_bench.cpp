@@ -135,20 +135,16 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
           {"efficiency_vs_bandwidth_beside", double(g.bytes.total()) * g.tokens_per_s() / g.triad_beside}};
     }
   }
-  if (r.gemm.rows > 0)
-    j["quantized_gemms"] = {{"rows", r.gemm.rows},
-                            {"flops", r.gemm.flops},
-                            {"seconds", r.gemm.seconds},
-                            {"flops_per_s", r.gemm.flops_per_s()},
-                            {"efficiency_vs_fma_peak", r.gemm.flops_per_s() / peak},
-                            {"fp8", {{"flops", r.gemm.fp8_flops},
-                                     {"seconds", r.gemm.fp8_seconds},
-                                     {"flops_per_s", r.gemm.fp8_flops_per_s()},
-                                     {"efficiency_vs_fma_peak", r.gemm.fp8_flops_per_s() / peak}}},
-                            {"fp4", {{"flops", r.gemm.fp4_flops},
-                                     {"seconds", r.gemm.fp4_seconds},
-                                     {"flops_per_s", r.gemm.fp4_flops_per_s()},
-                                     {"efficiency_vs_fma_peak", r.gemm.fp4_flops_per_s() / peak}}}};
+  if (r.gemm.rows > 0) {
+    const auto figure = [&](double flops, double seconds, double flops_per_s) {
+      return json{{"flops", flops}, {"seconds", seconds}, {"flops_per_s", flops_per_s},
+                  {"efficiency_vs_fma_peak", flops_per_s / peak}};
+    };
+    j["quantized_gemms"] = figure(r.gemm.flops(), r.gemm.seconds(), r.gemm.flops_per_s());
+    j["quantized_gemms"]["rows"] = r.gemm.rows;
+    for (const auto& [name, family] : {std::pair{"fp8", &r.gemm.fp8}, std::pair{"fp4", &r.gemm.fp4}})
+      j["quantized_gemms"][name] = figure(family->flops, family->seconds, family->flops_per_s());
+  }
   return j;
 }
 

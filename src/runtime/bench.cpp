@@ -320,29 +320,22 @@ GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool)
   // timed ones (on a shared machine one pass now and then loses a third to a neighbour); the
   // routed experts count k times per token, as in a prefill.
   for (int pass = 0; pass < 4; ++pass) {
-    double fp8_flops = 0, fp8_seconds = 0, fp4_flops = 0, fp4_seconds = 0;
+    GemmFigure run;
+    run.rows = rows;
     for (auto* mat : fp8) {
       const auto t0 = Clock::now();
       linear_fp8(x.data(), rows, *mat, y.data(), pool);
-      fp8_seconds += seconds_since(t0);
-      fp8_flops += 2.0 * double(rows) * double(mat->N) * double(mat->K);
+      run.fp8.seconds += seconds_since(t0);
+      run.fp8.flops += 2.0 * double(rows) * double(mat->N) * double(mat->K);
     }
     for (int e = 0; e < lp->activated_experts; ++e)
       for (auto* mat : fp4) {
         const auto t0 = Clock::now();
         linear_fp4(x.data(), rows, *mat, y.data(), pool);
-        fp4_seconds += seconds_since(t0);
-        fp4_flops += 2.0 * double(rows) * double(mat->N) * double(mat->K);
+        run.fp4.seconds += seconds_since(t0);
+        run.fp4.flops += 2.0 * double(rows) * double(mat->N) * double(mat->K);
       }
-    const double seconds = fp8_seconds + fp4_seconds;
-    if (pass > 0 && (g.seconds == 0 || seconds < g.seconds)) {
-      g.flops = fp8_flops + fp4_flops;
-      g.seconds = seconds;
-      g.fp8_flops = fp8_flops;
-      g.fp8_seconds = fp8_seconds;
-      g.fp4_flops = fp4_flops;
-      g.fp4_seconds = fp4_seconds;
-    }
+    if (pass > 0 && (g.seconds() == 0 || run.seconds() < g.seconds())) g = run;
   }
   return g;
 }

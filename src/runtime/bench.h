@@ -109,14 +109,17 @@ WarmUp bench_warm_up(const Model& m, int64_t tokens, int64_t steps, ThreadPool* 
 // The model's FP8 and FP4 GEMMs alone at `rows` activation rows: flop/s of the whole set (each
 // shape weighted by its use per token), for prefill efficiency against the FMA peak.
 struct GemmFigure {
+  // One kernel family's share of the pass: on AVX2 the exact FP8 products run as double FMAs,
+  // the FP4 ones as 8-bit integer dot products.
+  struct Family {
+    double flops = 0, seconds = 0;
+    double flops_per_s() const { return seconds > 0 ? flops / seconds : 0; }
+  };
   int64_t rows = 0;
-  double flops = 0, seconds = 0;
-  // The same pass split by kernel family (fp8 + fp4 = the totals above): on AVX2 the exact FP8
-  // products run as double FMAs, the FP4 ones as 8-bit integer dot products.
-  double fp8_flops = 0, fp8_seconds = 0, fp4_flops = 0, fp4_seconds = 0;
-  double flops_per_s() const { return seconds > 0 ? flops / seconds : 0; }
-  double fp8_flops_per_s() const { return fp8_seconds > 0 ? fp8_flops / fp8_seconds : 0; }
-  double fp4_flops_per_s() const { return fp4_seconds > 0 ? fp4_flops / fp4_seconds : 0; }
+  Family fp8, fp4;
+  double flops() const { return fp8.flops + fp4.flops; }
+  double seconds() const { return fp8.seconds + fp4.seconds; }
+  double flops_per_s() const { return seconds() > 0 ? flops() / seconds() : 0; }
 };
 GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool);
 
