@@ -87,6 +87,15 @@ inline int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
   return c * base + (c < extra ? c : extra);
 }
 
+// Below this much work (multiply-adds, or element operations of similar cost) a job runs on the
+// caller alone: waking workers costs more than the work. Which thread computes an element never
+// changes its value, so this is speed only.
+constexpr int64_t kMinParallelWork = int64_t{1} << 16;
+
+inline ThreadPool* pool_for_work(ThreadPool* pool, int64_t work) {
+  return work < kMinParallelWork ? nullptr : pool;
+}
+
 // nullptr or a one-thread pool runs fn(0, n) inline on the caller.
 void parallel_for(ThreadPool* pool, int64_t n, const ThreadPool::RangeFn& fn);
 

@@ -202,14 +202,6 @@ struct Fp4Rows {
   }
 };
 
-// Below this many multiply-adds a call runs on the caller alone: waking workers costs more than
-// the work. (Which thread computes an element never changes its value, so this is speed only.)
-constexpr int64_t kMinParallelWork = int64_t{1} << 16;
-
-ThreadPool* pool_for_work(ThreadPool* pool, int64_t work) {
-  return work < kMinParallelWork ? nullptr : pool;
-}
-
 // Runs task(row_begin, row_end, col_begin, col_end) over the tiles of an [rows, N] output whose
 // elements each cost K multiply-adds. Tiles are numbered column-tile major, so each thread's
 // contiguous range of tiles covers a contiguous slice of W's rows.

@@ -121,16 +121,19 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   DS41_SCRATCH(uint16_t, qi, int64_t(S) * NH * IH);
   linear_fp8(qr, S, w.idx_wq_b, qi.data(), ctx.pool);
   const std::vector<float>& f = ctx.inv_freq(lp);
-  DS41_SCRATCH(float, cs, f.size());
-  DS41_SCRATCH(float, sn, f.size());
-  for (int s = 0; s < S; ++s) {
-    rope_cos_sin_row(f.data(), int(f.size()), ctx.pos(s), cs.data(), sn.data());
-    for (int64_t h = 0; h < NH; ++h) {
-      uint16_t* row = qi.data() + (s * NH + h) * IH;
-      rope_apply(row + (IH - R), cs.data(), sn.data(), int(R), false);
-      mxfp4_qdq_row(row, IH);
+  // Tokens in parallel (one thread took ~1 % of a 512-token prefill with the others idle).
+  parallel_for(pool_for_work(ctx.pool, int64_t(S) * NH * IH * 8), S, [&](int64_t s0, int64_t s1) {
+    DS41_SCRATCH(float, cs, f.size());
+    DS41_SCRATCH(float, sn, f.size());
+    for (int64_t s = s0; s < s1; ++s) {
+      rope_cos_sin_row(f.data(), int(f.size()), ctx.pos(int(s)), cs.data(), sn.data());
+      for (int64_t h = 0; h < NH; ++h) {
+        uint16_t* row = qi.data() + (s * NH + h) * IH;
+        rope_apply(row + (IH - R), cs.data(), sn.data(), int(R), false);
+        mxfp4_qdq_row(row, IH);
+      }
     }
-  }
+  });
   // Head weights: bf16(weights_proj(x)) * (IH^-1/2 * NH^-1/2), rounded to bf16 again.
   DS41_SCRATCH(uint16_t, wts, int64_t(S) * NH);
   linear_bf16(x, S, w.idx_weights_proj, NH, D, wts.data(), ctx.pool);
