@@ -86,6 +86,27 @@ void expert_rows(const uint16_t* x, int64_t n, const Lin& w1, const Lin& w2, con
 // their experts' matrices are so small that per-call hand-offs were a large share of their time.
 constexpr int64_t kBatchedExpertRows = 64;
 
+// Items 0..n-1 grouped by key (a stable counting sort): group g's items, ascending, are
+// order[first[g] .. first[g + 1]). Items whose key is outside [0, groups) are left out.
+template <class Key>
+void group_by_key(int64_t n, int64_t groups, const Key& key, std::vector<int64_t>& first, std::vector<int64_t>& order) {
+  scratch_reserve(first, size_t(groups) + 1);
+  first.assign(size_t(groups) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = key(i);
+    if (g >= 0 && g < groups) ++first[size_t(g) + 1];
+  }
+  for (int64_t g = 0; g < groups; ++g) first[size_t(g) + 1] += first[size_t(g)];
+  DS41_SCRATCH_UNINIT(int64_t, next, groups, 0);
+  std::copy(first.begin(), first.begin() + groups, next.begin());
+  scratch_reserve(order, size_t(first[size_t(groups)]));
+  order.resize(size_t(first[size_t(groups)]));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = key(i);
+    if (g >= 0 && g < groups) order[size_t(next[size_t(g)]++)] = i;
+  }
+}
+
 }  // namespace
 
 void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x, uint16_t* y) {
@@ -129,26 +150,17 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   }
 
   // Routed experts, ascending id; each token's contributions summed in that order in fp32.
-  // Rows grouped by expert, within an expert by token then by rank (a counting sort: one pass over
-  // the selections instead of one per expert); ids outside [0, E) select nothing.
-  DS41_SCRATCH(int64_t, first, int64_t(E) + 1);  // per expert: its first row in toks / rw / xin / out
-  for (int64_t i = 0; i < int64_t(S) * k; ++i)
-    if (ids[size_t(i)] >= 0 && ids[size_t(i)] < E) ++first[size_t(ids[size_t(i)]) + 1];
-  for (int e = 0; e < E; ++e) first[size_t(e) + 1] += first[size_t(e)];
+  // Rows grouped by expert, within an expert by token then by rank (one pass over the selections
+  // instead of one per expert); ids outside [0, E) select nothing.
+  DS41_SCRATCH_EMPTY(int64_t, first);      // per expert: its first row in toks / rw / xin / out
+  DS41_SCRATCH_EMPTY(int64_t, selection);  // per row: its index s * k + j in ids / weights
+  group_by_key(int64_t(S) * k, E, [&](int64_t i) { return int64_t(ids[size_t(i)]); }, first, selection);
   const int64_t R = first[size_t(E)];
   DS41_SCRATCH_UNINIT(int, toks, R, 0);
   DS41_SCRATCH_UNINIT(float, rw, R, 0);
-  {
-    DS41_SCRATCH_UNINIT(int64_t, next, E, 0);
-    std::copy(first.begin(), first.begin() + E, next.begin());
-    for (int s = 0; s < S; ++s)
-      for (int j = 0; j < k; ++j) {
-        const int32_t e = ids[int64_t(s) * k + j];
-        if (e < 0 || e >= E) continue;
-        const int64_t r = next[size_t(e)]++;
-        toks[size_t(r)] = s;
-        rw[size_t(r)] = weights[int64_t(s) * k + j];
-      }
+  for (int64_t r = 0; r < R; ++r) {
+    toks[size_t(r)] = int(selection[size_t(r)] / k);
+    rw[size_t(r)] = weights[size_t(selection[size_t(r)])];
   }
   DS41_SCRATCH_UNINIT(uint16_t, xin, R * D, 0);  // written whole before they are read
   DS41_SCRATCH_UNINIT(uint16_t, out, R * D, 0);
@@ -198,15 +210,9 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   }
   // Each token's rows in ascending row order, which is ascending expert: its contributions are
   // added in that order (from 0.0f), then the shared expert's. Tokens in parallel.
-  DS41_SCRATCH(int64_t, token_first, int64_t(S) + 1);
-  for (int64_t r = 0; r < R; ++r) ++token_first[size_t(toks[size_t(r)]) + 1];
-  for (int s = 0; s < S; ++s) token_first[size_t(s) + 1] += token_first[size_t(s)];
-  DS41_SCRATCH_UNINIT(int64_t, token_rows, R, 0);
-  {
-    DS41_SCRATCH_UNINIT(int64_t, next, S, 0);
-    std::copy(token_first.begin(), token_first.begin() + S, next.begin());
-    for (int64_t r = 0; r < R; ++r) token_rows[size_t(next[size_t(toks[size_t(r)])]++)] = r;
-  }
+  DS41_SCRATCH_EMPTY(int64_t, token_first);
+  DS41_SCRATCH_EMPTY(int64_t, token_rows);
+  group_by_key(R, S, [&](int64_t r) { return int64_t(toks[size_t(r)]); }, token_first, token_rows);
   parallel_for(pool_for_work(ctx.pool, (R + S) * D), S, [&](int64_t s0, int64_t s1) {
     DS41_SCRATCH_UNINIT(float, acc, D, 0);
     for (int64_t s = s0; s < s1; ++s) {
