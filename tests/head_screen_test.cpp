@@ -453,5 +453,41 @@ TEST(HeadScreen, RefusesWhatItCannotDecide) {
   EXPECT_EQ(screen->bytes_read(10), screen->bytes() + 10 * K * 2);
 }
 
+// The backoff's schedule, closed form: after f >= 2 fallbacks in a row 2^(f-1) - 1 calls skip the
+// screen (at most kMaxSkips), a lone fallback skips none, a decided call resets, and each k keeps
+// its own count.
+TEST(HeadScreenBackoff, SkipsDoubleAfterFallbacksInARow) {
+  HeadScreenBackoff b;
+  // Runs the calls for k until the next try (consuming skipped calls), returns how many skipped.
+  const auto skipped_before_next_try = [&](int k) {
+    int64_t skipped = 0;
+    while (!b.try_screen(k)) ++skipped;
+    return skipped;
+  };
+  EXPECT_EQ(skipped_before_next_try(1), 0);
+  b.record(1, true);
+  EXPECT_EQ(skipped_before_next_try(1), 0);
+  for (int f = 1; f <= 10; ++f) {
+    b.record(1, false);
+    const int64_t want = std::min<int64_t>(HeadScreenBackoff::kMaxSkips, (int64_t(1) << (f - 1)) - 1);
+    EXPECT_EQ(skipped_before_next_try(1), want) << f << " fallbacks in a row";
+    EXPECT_EQ(skipped_before_next_try(5), 0) << "another k is not held back";
+  }
+  b.record(1, true);  // decided: no more skips, and the count starts over
+  EXPECT_EQ(skipped_before_next_try(1), 0);
+  b.record(1, false);
+  EXPECT_EQ(skipped_before_next_try(1), 0);
+  b.record(1, false);
+  EXPECT_EQ(skipped_before_next_try(1), 1);
+  // A decided call while calls are being skipped (another sequence's) ends the skipping.
+  b.record(1, false);
+  b.record(1, true);
+  EXPECT_TRUE(b.try_screen(1));
+  // k the screen never serves is always tried (the screen refuses it itself).
+  for (int i = 0; i < 5; ++i) b.record(HeadScreen::kMaxTopK + 1, false);
+  EXPECT_TRUE(b.try_screen(HeadScreen::kMaxTopK + 1));
+  EXPECT_TRUE(b.try_screen(0));
+}
+
 }  // namespace
 }  // namespace ds41

@@ -130,6 +130,7 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
           {"bytes_per_token", g.bytes.total()},
           {"candidates_per_token", g.head_candidates},
           {"fallbacks", g.head_fallbacks},
+          {"skipped", g.head_skipped},
           {"bytes_per_s", double(g.bytes.total()) * g.tokens_per_s()},
           {"efficiency_vs_bandwidth", double(g.bytes.total()) * g.tokens_per_s() / triad},
           {"efficiency_vs_bandwidth_beside", double(g.bytes.total()) * g.tokens_per_s() / g.triad_beside}};
@@ -181,10 +182,11 @@ void print_figures(const char* title, const json& j) {
     if (d.contains("greedy_head_screen")) {
       const auto& g = d["greedy_head_screen"];
       std::printf("                 greedy, head screen (context %lld): %9.2f tok/s = %.2fx   %7.1f MB/token (%.0f candidate rows, "
-                  "%lld fallbacks) -> %5.1f%% of bandwidth, %5.1f%% of the triad right after\n",
+                  "%lld fallbacks, %lld skipped) -> %5.1f%% of bandwidth, %5.1f%% of the triad right after\n",
                   (long long)g["context"].get<int64_t>(), g["tokens_per_s"].get<double>(),
                   g["speedup_vs_full_head"].get<double>(), double(g["bytes_per_token"].get<int64_t>()) / 1e6,
                   g["candidates_per_token"].get<double>(), (long long)g["fallbacks"].get<int64_t>(),
+                  (long long)g["skipped"].get<int64_t>(),
                   100.0 * g["efficiency_vs_bandwidth"].get<double>(), 100.0 * g["efficiency_vs_bandwidth_beside"].get<double>());
     }
   }

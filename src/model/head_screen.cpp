@@ -218,4 +218,25 @@ HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int
   return res;
 }
 
+bool HeadScreenBackoff::try_screen(int k) {
+  if (k < 1 || k > HeadScreen::kMaxTopK) return true;
+  std::atomic<int64_t>& skips = state_[k - 1].skips;
+  int64_t left = skips.load(std::memory_order_relaxed);
+  while (left > 0)
+    if (skips.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) return false;
+  return true;
+}
+
+void HeadScreenBackoff::record(int k, bool decided) {
+  if (k < 1 || k > HeadScreen::kMaxTopK) return;
+  State& s = state_[k - 1];
+  if (decided) {  // the screen narrows these logits again: no more skipping
+    s.fallbacks.store(0, std::memory_order_relaxed);
+    s.skips.store(0, std::memory_order_relaxed);
+    return;
+  }
+  const int f = s.fallbacks.fetch_add(1, std::memory_order_relaxed) + 1;
+  s.skips.store(std::min<int64_t>(kMaxSkips, (int64_t(1) << std::min(f - 1, 20)) - 1), std::memory_order_relaxed);
+}
+
 }  // namespace ds41

@@ -71,6 +71,11 @@ struct ForwardOptions {
   int head_top_k = 0;
 };
 
+// What the head screen did for a call that asked for the top logits: decided them; ran and fell
+// back to the full product (it could not narrow the vocabulary); or was skipped because recent
+// calls fell back (HeadScreenBackoff), the full product running directly.
+enum class HeadScreenOutcome { Decided, FellBack, Skipped };
+
 // Observation and intervention points, used by `ds41 dump` and `ds41 conform` (teacher forcing,
 // replayed decisions). All optional; arrays are [S][...] row-major for the current call.
 struct ForwardHooks {
@@ -90,9 +95,9 @@ struct ForwardHooks {
   std::function<void(int layer, int s, const std::vector<int32_t>& entries)> on_attention_entries;
   // The candidate pool built for query s at the candidate-source layer (keep flag per entry).
   std::function<void(int layer, int s, const std::vector<uint8_t>& keep)> on_candidates;
-  // A call with ForwardOptions::head_top_k > 0 ran the head screen: whether it decided the top
-  // logits (else the full product ran) and how many rows' exact logits it computed.
-  std::function<void(bool decided, int64_t candidates)> on_head_screen;
+  // A call with ForwardOptions::head_top_k > 0 and a head screen: what the screen did, and how
+  // many rows' exact logits it computed.
+  std::function<void(HeadScreenOutcome outcome, int64_t candidates)> on_head_screen;
 };
 
 // Token type of a position (spec engram_dspark_vision.md §C.3): text, or one of the four kinds of
@@ -211,6 +216,7 @@ class Model {
   ModelWeights weights_;
   mutable std::once_flag head_screen_once_;
   mutable std::unique_ptr<HeadScreen> head_screen_;
+  mutable HeadScreenBackoff head_screen_backoff_;
   std::vector<float> inv_freq_plain_, inv_freq_compressed_;
   // Engram: raw token id -> compressed id (spec §A.2), and the hashing constants (§A.3-§A.4).
   std::vector<int32_t> compressed_vocab_;

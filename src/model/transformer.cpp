@@ -185,9 +185,15 @@ void Model::head_logits(const float* hf, int64_t rows, const ForwardOptions& opt
                         const ForwardHooks* hooks, float* logits) const {
   if (opt.head_top_k > 0 && rows <= HeadScreen::kMaxVectors)
     if (const HeadScreen* screen = head_screen(pool)) {
-      const HeadScreen::Result r = screen->top_logits(hf, rows, opt.head_top_k, weights_.head, logits, pool);
-      if (hooks && hooks->on_head_screen) hooks->on_head_screen(r.decided, r.candidates);
-      if (r.decided) return;
+      if (!head_screen_backoff_.try_screen(opt.head_top_k)) {
+        if (hooks && hooks->on_head_screen) hooks->on_head_screen(HeadScreenOutcome::Skipped, 0);
+      } else {
+        const HeadScreen::Result r = screen->top_logits(hf, rows, opt.head_top_k, weights_.head, logits, pool);
+        head_screen_backoff_.record(opt.head_top_k, r.decided);
+        if (hooks && hooks->on_head_screen)
+          hooks->on_head_screen(r.decided ? HeadScreenOutcome::Decided : HeadScreenOutcome::FellBack, r.candidates);
+        if (r.decided) return;
+      }
     }
   linear_f32_wbf16_packed(hf, rows, weights_.head_packed, logits, pool);
 }

@@ -224,10 +224,10 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   reserve_sequence(state, c, m.plan(), state.pos + steps);
   std::vector<int> used(m.plan().layers.size(), 0);
   ForwardHooks hooks;
-  bool screen_decided = false;
+  HeadScreenOutcome screen_outcome = HeadScreenOutcome::FellBack;
   int64_t screen_candidates = 0, candidates_sum = 0;
-  hooks.on_head_screen = [&](bool decided, int64_t candidates) {
-    screen_decided = decided;
+  hooks.on_head_screen = [&](HeadScreenOutcome outcome, int64_t candidates) {
+    screen_outcome = outcome;
     screen_candidates = candidates;
   };
   hooks.on_experts = [&](int layer, int, const int32_t* ids, int k) {
@@ -247,7 +247,7 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
     const int64_t pos = state.pos;
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
-    screen_decided = false;
+    screen_outcome = HeadScreenOutcome::FellBack;
     screen_candidates = 0;
     m.forward_into(logits, state, token, fo, pool, &hooks);
     token[0] = argmax_token(logits.data(), c.vocab_size);
@@ -262,10 +262,12 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
       f.sampling_seconds += seconds_since(s0);
     }
     DecodeBytes b = decode_bytes_per_token(m, used, pos);
-    if (screen) {  // the screen's reads instead of the head's (both when it fell back)
-      b.weights += screen->bytes_read(screen_candidates) - (screen_decided ? head_bytes : 0);
+    if (screen) {  // the screen's reads instead of the head's (both when it fell back, the head's when skipped)
+      if (screen_outcome != HeadScreenOutcome::Skipped) b.weights += screen->bytes_read(screen_candidates);
+      if (screen_outcome == HeadScreenOutcome::Decided) b.weights -= head_bytes;
       candidates_sum += screen_candidates;
-      f.head_fallbacks += !screen_decided;
+      f.head_fallbacks += screen_outcome == HeadScreenOutcome::FellBack;
+      f.head_skipped += screen_outcome == HeadScreenOutcome::Skipped;
     }
     sum.weights += b.weights;
     sum.kv += b.kv;

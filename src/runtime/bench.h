@@ -75,9 +75,11 @@ struct DecodeFigure {
   double sampling_seconds = 0;
   // Steps run with the greedy head screen (model/head_screen.h: ForwardOptions::head_top_k = 1):
   // the head's bytes are then the screen's plus the candidates' rows (plus the whole head on a
-  // step the screen could not decide, counted in head_fallbacks).
+  // step the screen could not decide, counted in head_fallbacks; only the whole head on a step
+  // that skipped the screen after fallbacks in a row, counted in head_skipped: HeadScreenBackoff).
   double head_candidates = 0;  // mean rows per step whose exact logit was computed
   int64_t head_fallbacks = 0;
+  int64_t head_skipped = 0;
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
   double median_tokens_per_s() const { return median_step_seconds > 0 ? 1.0 / median_step_seconds : 0; }
 };

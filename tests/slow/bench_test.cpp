@@ -167,6 +167,7 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_EQ(g["context"].get<int64_t>(), d["context"].get<int64_t>() + 2);
     EXPECT_EQ(g["steps"], 2);
     EXPECT_EQ(g["fallbacks"], 0);
+    EXPECT_EQ(g["skipped"], 0);
     EXPECT_GT(g["candidates_per_token"].get<double>(), 0.0);
     EXPECT_LT(g["bytes_per_token"].get<int64_t>(), d["bytes_per_token"].get<int64_t>());
     EXPECT_NEAR(g["speedup_vs_full_head"].get<double>() * d["tokens_per_s"].get<double>(), g["tokens_per_s"].get<double>(),

@@ -67,8 +67,8 @@ TEST_F(GenerationTest, ScreenedHeadGivesTheFullProductsTopLogits) {
   top5.head_top_k = 5;
   int64_t decided = 0, calls = 0, candidates = 0;
   ForwardHooks hooks;
-  hooks.on_head_screen = [&](bool d, int64_t n) {
-    decided += d;
+  hooks.on_head_screen = [&](HeadScreenOutcome o, int64_t n) {
+    decided += o == HeadScreenOutcome::Decided;
     ++calls;
     candidates += n;
   };
