@@ -58,6 +58,39 @@ TEST(LayerPlan, ReleasedPackedCacheCosts890BytesPerToken) {
   EXPECT_EQ(p.swa_bytes_per_sequence, int64_t(43) * 128 * (512 + 16));
 }
 
+// The wide preset: the released widths (every per-layer shape as released) on a 6-layer plan with
+// the release's mix of modes.
+TEST(LayerPlan, WidePresetHasTheReleasedWidths) {
+  const ModelConfig w = preset_config("wide"), r = released_config();
+  EXPECT_TRUE(config_problems(w).empty());
+  EXPECT_EQ(w.dim, r.dim);
+  EXPECT_EQ(w.moe_inter_dim, r.moe_inter_dim);
+  EXPECT_EQ(w.n_heads, r.n_heads);
+  EXPECT_EQ(w.head_dim, r.head_dim);
+  EXPECT_EQ(w.q_lora_rank, r.q_lora_rank);
+  EXPECT_EQ(w.o_groups, r.o_groups);
+  EXPECT_EQ(w.o_lora_rank, r.o_lora_rank);
+  EXPECT_EQ(w.n_activated_experts, r.n_activated_experts);
+  EXPECT_EQ(w.index_n_heads, r.index_n_heads);
+  EXPECT_EQ(w.index_topk, r.index_topk);
+  EXPECT_EQ(w.candidate_topk_blocks, r.candidate_topk_blocks);
+  EXPECT_EQ(w.engram_n_heads, r.engram_n_heads);
+  ModelPlan p = build_model_plan(w);
+  ASSERT_EQ(p.layers.size(), 7u);
+  EXPECT_EQ(p.layers[0].mode, AttnMode::WindowOnly);
+  EXPECT_EQ(p.layers[1].mode, AttnMode::Full);
+  EXPECT_EQ(p.layers[1].ratio, 2);
+  EXPECT_EQ(p.layers[2].mode, AttnMode::Reuse);
+  EXPECT_EQ(p.layers[3].mode, AttnMode::Full);
+  EXPECT_TRUE(p.layers[3].candidate_source);
+  EXPECT_EQ(p.layers[4].mode, AttnMode::Reuse);
+  EXPECT_EQ(p.layers[5].mode, AttnMode::Reindex);
+  EXPECT_TRUE(p.layers[5].uses_candidates);
+  EXPECT_EQ(p.decoder_start, 3);
+  EXPECT_TRUE(p.layers[1].engram && p.layers[2].engram);
+  EXPECT_TRUE(p.layers[6].is_dspark);
+}
+
 TEST(LayerPlan, TinyPresetExercisesEveryMode) {
   ModelPlan p = build_model_plan(preset_config("tiny"));
   ASSERT_EQ(p.layers.size(), 11u);

@@ -17,9 +17,9 @@ namespace ds41::cli {
 
 int cmd_mkmodel(int argc, char** argv) {
   Args args("mkmodel", "write a random-weight checkpoint in the released DeepSeek-V4.1 layout",
-            "ds41 mkmodel --preset tiny|small --out DIR [--seed N] [--tokenizer FILE]\n"
+            "ds41 mkmodel --preset tiny|small|wide --out DIR [--seed N] [--tokenizer FILE]\n"
             "       ds41 mkmodel --config FILE --out DIR [--seed N]",
-            {{"preset", "NAME", "built-in configuration: tiny (every mechanism, toy width) or small (~1.5 GB)", ""},
+            {{"preset", "NAME", "built-in configuration: tiny (every mechanism, toy width), small (~1.5 GB) or wide (the released widths at 6 layers, ~7.6 GB)", ""},
              {"config", "FILE", "use this config.json (HF or flat inference/config.json form) instead of a preset", ""},
              {"out", "DIR", "output directory (created; existing model files are overwritten)", ""},
              {"seed", "N", "random seed; the same seed gives byte-identical files", "0"},

@@ -186,11 +186,37 @@ ModelConfig preset_config(const std::string& name) {
     fill_engram_rows(c);
     return c;
   }
+  if (name == "wide") {
+    // The released widths (dim 5120, 64 heads of 512, q / o ranks 1280 / 1024 in 8 groups, FP4
+    // experts 2304 wide with 6 active, 32 index heads, top-512, a 2048-block candidate pool) at 6
+    // layers and 24 routed experts, about 7.6 GB: what a layer of the released model costs.
+    //   0 window only; 1 Full m=2 (kv + index source), 2 Reuse m=2; 3 Full m=1 + candidate source
+    //   (decoder start), 4 Reuse, 5 Reindex (pool); Engram at 1 and 2; DSpark reading 3-5.
+    c = released_config();
+    c.n_layers = 6;
+    c.n_mtp_layers = 1;
+    c.n_routed_experts = 24;
+    c.compress_ratios = {0, 2, 2, 1, 1, 1, 0};
+    c.kv_source_layers = {1, 3};
+    c.index_source_layers = {1, 3, 5};
+    c.candidate_source_layer = 3;
+    c.engram_layer_ids = {1, 2};
+    c.engram_vocab_size = 50000;
+    c.dspark_target_layer_ids = {3, 4, 5};
+    c.dspark_n_routed_experts = 16;
+    c.vision_n_layers = 2;
+    c.vision_dim = 256;
+    c.vision_n_heads = 4;
+    c.vision_inter_dim = 512;
+    c.max_seq_len = 65536;
+    fill_engram_rows(c);
+    return c;
+  }
   std::string known;
   for (auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error("unknown preset '" + name + "' (known presets: " + known + ")");
 }
 
-std::vector<std::string> preset_names() { return {"tiny", "small"}; }
+std::vector<std::string> preset_names() { return {"tiny", "small", "wide"}; }
 
 }  // namespace ds41
