@@ -466,6 +466,93 @@ TEST(SimdGemm, PackedBatchMatchesTwinsBitForBit) {
   }
 }
 
+// The packed FP8 products (wo_a at decode) against the twin they replace: the matrix dequantized
+// to bf16 (dequant_fp8_to_bf16), then linear_f32_wbf16's sequential chains - bit for bit, at
+// every level and on the scalar path, for all E4M3 codes but NaN (subnormals included), scales
+// at both ends of the allowed range, groups of 2 to 8 blocks, 1-3 rows, several jobs in one call,
+// and bytes before the matrix that are not codes of it.
+TEST(SimdGemm, PackedFp8MatchesTheDequantizedTwinBitForBit) {
+  std::mt19937 rng(31);
+  ThreadPool pool(3);
+  const std::pair<int64_t, int64_t> shapes[] = {{32, 32}, {64, 96}, {160, 64}, {256, 1024}, {288, 160}};
+  struct Case {
+    std::vector<uint8_t> codes, scales, packed;
+    std::vector<uint16_t> dequantized;
+    Fp8Matrix W;
+  };
+  std::vector<Case> cases(std::size(shapes));
+  for (size_t j = 0; j < cases.size(); ++j) {
+    const auto [N, K] = shapes[j];
+    Case& c = cases[j];
+    c.codes.resize(size_t(N * K));
+    for (auto& v : c.codes) {
+      v = uint8_t(rng());
+      if ((v & 0x7f) == 0x7f) v ^= 0x01;  // no NaN codes
+    }
+    c.scales.resize(size_t((N / 32) * (K / 32)));
+    for (auto& v : c.scales) v = uint8_t(3 + rng() % 132);  // 2^-124 .. 2^7
+    c.scales.front() = 3;
+    c.scales.back() = 134;
+    c.W = Fp8Matrix{c.codes.data(), c.scales.data(), N, K};
+    ASSERT_TRUE(fp8_packable(c.W));
+    c.dequantized.resize(size_t(N * K));
+    dequant_fp8_to_bf16(c.W, c.dequantized.data());
+    c.packed.assign(size_t(kPackedFp8Front + N * K), 0xff);  // NaN codes in front: never values
+    pack_fp8_rows(c.W, c.packed.data() + kPackedFp8Front, &pool);
+  }
+  for (int64_t M : {1, 2, 3}) {
+    std::vector<std::vector<float>> xs, twins;
+    for (const Case& c : cases) {
+      xs.push_back(random_f32(M * c.W.K, rng));
+      xs.back()[0] = 0.0f;
+      twins.emplace_back(size_t(M * c.W.N));
+      linear_f32_wbf16_reference(xs.back().data(), M, c.dequantized.data(), c.W.N, c.W.K, twins.back().data());
+    }
+    for (SimdLevel l : with_scalar(supported_simd_levels())) {
+      ScopedSimdLevel level(l);
+      std::vector<std::vector<float>> outs;
+      std::vector<PackedFp8LinearJob> jobs;
+      for (size_t j = 0; j < cases.size(); ++j) outs.emplace_back(twins[j].size(), -1.0f);
+      for (size_t j = 0; j < cases.size(); ++j) {
+        const PackedFp8Matrix packed{cases[j].packed.data() + kPackedFp8Front, cases[j].scales.data(), cases[j].W.N,
+                                     cases[j].W.K};
+        jobs.push_back(PackedFp8LinearJob{xs[j].data(), packed, outs[j].data()});
+      }
+      linear_f32_wfp8_packed_batch(jobs.data(), int(jobs.size()), M, &pool);
+      for (size_t j = 0; j < cases.size(); ++j)
+        EXPECT_EQ(first_difference(outs[j], twins[j]), -1)
+            << "job " << j << " (" << cases[j].W.N << " x " << cases[j].W.K << "), M=" << M << " at level "
+            << simd_level_name(l);
+    }
+  }
+}
+
+// What the FP8 packing refuses: a NaN code, a scale outside [2^-124, 2^7], shapes that are not
+// whole 32 x 32 scale blocks; the product refuses such shapes too.
+TEST(SimdGemm, PackedFp8RefusesWhatItCannotReproduce) {
+  std::vector<uint8_t> codes(64 * 64, 0x38), scales(4, 120);
+  const Fp8Matrix ok{codes.data(), scales.data(), 64, 64};
+  EXPECT_TRUE(fp8_packable(ok));
+  for (uint8_t nan : {uint8_t(0x7f), uint8_t(0xff)}) {
+    codes[777] = nan;
+    EXPECT_FALSE(fp8_packable(ok));
+    codes[777] = 0x38;
+  }
+  for (uint8_t s : {uint8_t(0), uint8_t(2), uint8_t(135), uint8_t(255)}) {
+    scales[3] = s;
+    EXPECT_FALSE(fp8_packable(ok)) << int(s);
+    scales[3] = 120;
+  }
+  EXPECT_FALSE(fp8_packable(Fp8Matrix{codes.data(), scales.data(), 48, 64}));
+  EXPECT_FALSE(fp8_packable(Fp8Matrix{codes.data(), scales.data(), 64, 48}));
+  std::vector<uint8_t> out(codes.size());
+  codes[5] = 0x7f;
+  EXPECT_THROW(pack_fp8_rows(ok, out.data(), nullptr), Error);
+  std::vector<float> x(64), y(48);
+  const PackedFp8LinearJob job{x.data(), PackedFp8Matrix{out.data(), scales.data(), 48, 64}, y.data()};
+  EXPECT_THROW(linear_f32_wfp8_packed_batch(&job, 1, 1, nullptr), Error);
+}
+
 // Lane sums that round and then cancel: in every lane a large product B (~2^40) is followed by a
 // small one and then by -B, so the small product keeps only the bits that survived next to B.
 // The fp32 result therefore shows the order in which each lane took its products: any change of

@@ -776,6 +776,86 @@ void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64
   });
 }
 
+namespace {
+// Scale exponents t = code - 127 for which e4m3 * 2^t is exact in bf16 and, as w * 2^-120 times
+// 2^(t + 120), in the SIMD kernel's fp32 (gemm.h): t >= -124 keeps every product on bf16's grid
+// (multiples of 2^-9 * 2^t >= 2^-133), t <= 7 keeps 2^(t + 120) finite.
+constexpr int kPackedFp8MinScale = 127 - 124, kPackedFp8MaxScale = 127 + 7;
+}  // namespace
+
+bool fp8_packable(const Fp8Matrix& W) {
+  if (W.N <= 0 || W.K <= 0 || W.N % 32 != 0 || W.K % kBlock != 0) return false;
+  for (int64_t i = 0; i < (W.N / 32) * (W.K / kBlock); ++i)
+    if (W.scale[i] < kPackedFp8MinScale || W.scale[i] > kPackedFp8MaxScale) return false;
+  for (int64_t i = 0; i < W.N * W.K; ++i)
+    if ((W.w[i] & 0x7f) == 0x7f) return false;  // NaN: dequantized to a NaN the kernel would not give
+  return true;
+}
+
+void pack_fp8_rows(const Fp8Matrix& W, uint8_t* out, ThreadPool* pool) {
+  if (!fp8_packable(W)) throw Error("pack_fp8_rows: the matrix cannot be packed (fp8_packable)");
+  const int64_t N = W.N, K = W.K, NB = N / kPackedRows, NG = (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks;
+  parallel_for(pool_for_work(pool, N * K), NG, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const PackedGroup pg = packed_group(NB, g);
+      const int64_t rows = pg.width * kPackedRows, row0 = pg.first_block * kPackedRows;
+      uint8_t* group = out + row0 * K;
+      for (int64_t k0 = 0; k0 < K; k0 += 64)  // a cache line of each source row at a time
+        for (int64_t j = 0; j < rows; ++j)
+          for (int64_t k = k0; k < std::min(K, k0 + 64); ++k) group[k * rows + j] = W.w[(row0 + j) * K + k];
+    }
+  });
+}
+
+void linear_f32_wfp8_packed_batch(const PackedFp8LinearJob* jobs, int count, int64_t M, ThreadPool* pool) {
+  const auto groups_of = [&](int j) {
+    return (jobs[j].W.N / kPackedRows + kPackedGroupBlocks - 1) / kPackedGroupBlocks;
+  };
+  int64_t items = 0, work = 0;
+  for (int j = 0; j < count; ++j) {
+    const PackedFp8Matrix& W = jobs[j].W;
+    check_dims("linear_f32_wfp8_packed", M, W.N, W.K);
+    if (W.N % 32 != 0 || W.K % kBlock != 0)
+      throw Error("linear_f32_wfp8_packed: N and K must be multiples of 32 (got " + std::to_string(W.N) + " x " +
+                  std::to_string(W.K) + ")");
+    items += groups_of(j);
+    work += M * W.N * W.K;
+  }
+  if (M == 0 || items == 0) return;
+  const simd::KernelTable* kt = simd::active_kernels();
+  const auto run_group = [&](int j, int64_t g) {
+    const PackedFp8Matrix& W = jobs[j].W;
+    const float* x = jobs[j].x;
+    float* y = jobs[j].y;
+    const int64_t N = W.N, K = W.K, KB = K / kBlock;
+    const PackedGroup pg = packed_group(N / kPackedRows, g);
+    const int64_t row0 = pg.first_block * kPackedRows, rows = pg.width * kPackedRows;
+    const uint8_t* group = W.blocks + row0 * K;
+    const uint8_t* scale = W.scale + (row0 / 32) * KB;
+    if (kt && kt->dense_packed_fp8) {
+      kt->dense_packed_fp8(x, M, group, scale, K, pg.width, y + row0, N);
+      return;
+    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;  // linear_f32_wbf16's chain over the dequantized (exact) values
+        for (int64_t k = 0; k < K; ++k) {
+          const float w = e4m3_to_f32(group[k * rows + r]) * e8m0_to_f32(scale[(r / 32) * KB + k / kBlock]);
+          acc += x[m * K + k] * w;
+        }
+        y[m * N + row0 + r] = acc;
+      }
+  };
+  parallel_for(pool_for_work(pool, work), items, [&](int64_t i0, int64_t i1) {
+    int j = 0;
+    int64_t first = 0;  // the first group of job j
+    for (int64_t i = i0; i < i1; ++i) {
+      while (i >= first + groups_of(j)) first += groups_of(j++);
+      run_group(j, i - first);
+    }
+  });
+}
+
 void dequant_fp8_to_bf16(const Fp8Matrix& W, uint16_t* out) {
   check_dims("dequant_fp8_to_bf16", 0, W.N, W.K);
   const int64_t scale_cols = (W.K + kBlock - 1) / kBlock;

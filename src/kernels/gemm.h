@@ -104,6 +104,33 @@ void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64
 // (convert.py's load-time dequantization of wo_a, §2.4 step 3, pitfall 15).
 void dequant_fp8_to_bf16(const Fp8Matrix& W, uint16_t* out);
 
+// The same products from the FP8 codes, for decode: wo_a is dequantized to bf16 (above) and used
+// as bf16 weights, but each of those values, e4m3 * 2^t, has at most 4 significant bits, so it is
+// exact in fp32 and in bf16 whenever t is in [-124, 7] and no code is NaN (fp8_packable): the FP8
+// code and its scale give the bf16 value itself, from half the bytes. PackedFp8Matrix has
+// PackedBf16Matrix's geometry (groups of up to eight blocks of 16 rows, each group k-major), one
+// byte per value, N and K multiples of 32 (one scale per 32 rows at each k, so a pair of blocks
+// shares it; no tail rows), and kPackedFp8Front readable bytes before the first code (the SIMD
+// kernel's loads start up to 3 bytes early). The products are linear_f32_wbf16's of the
+// dequantized matrix, bit for bit.
+inline constexpr int64_t kPackedFp8Front = 32;
+struct PackedFp8Matrix {
+  const uint8_t* blocks = nullptr;  // (N / 16) * K * 16 codes
+  const uint8_t* scale = nullptr;   // E8M0 [N / 32][K / 32], as in the checkpoint
+  int64_t N = 0, K = 0;
+};
+// Whether W can be packed so (shape, scale range, no NaN code).
+bool fp8_packable(const Fp8Matrix& W);
+// Writes the N * K packed codes of W (fp8_packable) into `out` (N * K bytes).
+void pack_fp8_rows(const Fp8Matrix& W, uint8_t* out, ThreadPool* pool);
+struct PackedFp8LinearJob {
+  const float* x;
+  PackedFp8Matrix W;
+  float* y;
+};
+// y [M][W.N] = linear_f32_wbf16(x, dequant_fp8_to_bf16(W))'s values, every job in one parallel call.
+void linear_f32_wfp8_packed_batch(const PackedFp8LinearJob* jobs, int count, int64_t M, ThreadPool* pool);
+
 // ---- reference twins -------------------------------------------------------------------------
 // Plain loops that follow §3.3 and the order above literally; the fast paths must match them bit
 // for bit (tests/gemm_test.cpp).

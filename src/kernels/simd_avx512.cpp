@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -48,7 +49,7 @@ const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,    
                             indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
                             nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd,
-                            transpose_u16,      int8_quantize_bf16_row_simd};
+                            transpose_u16,      int8_quantize_bf16_row_simd, dense_packed_fp8};
 // The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
 const KernelTable kTableVbmi = {SimdLevel::Avx512Vbmi, dense_bf16w,     dense_f32w,     dense_packed_bf16,
                                 fp8_kernel_vbmi,       fp4_kernel,      act_quant_row_simd,
@@ -56,7 +57,7 @@ const KernelTable kTableVbmi = {SimdLevel::Avx512Vbmi, dense_bf16w,     dense_f3
                                 indexer_scores_simd,   hc_mix_dots_simd, fma_peak_simd,
                                 mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
                                 prepare_fp8_digits,    hc_post_simd,      int8_row_dots_simd, scaled_exp_sum_simd,
-                                transpose_u16,         int8_quantize_bf16_row_simd};
+                                transpose_u16,         int8_quantize_bf16_row_simd, dense_packed_fp8};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

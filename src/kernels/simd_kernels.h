@@ -143,6 +143,11 @@ struct KernelTable {
                         int64_t dst_stride);
   // int8_quantize_bf16_row (int8_dot.h), K already validated.
   bool (*int8_quantize_bf16_row)(const uint16_t* w, int64_t K, int8_t* q, Int8RowQuant* out);
+  // Packed FP8 dense (gemm.h PackedFp8Matrix): one group of `width` blocks (an even number, 2-8)
+  // starting at `group`, its scales from `scale` (the group's first scale row, K / 32 per row):
+  // y[m * y_stride + 16 i + j] for i < width, j < 16, m < M; x [M][K] fp32.
+  void (*dense_packed_fp8)(const float* x, int64_t M, const uint8_t* group, const uint8_t* scale, int64_t K,
+                           int width, float* y, int64_t y_stride);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

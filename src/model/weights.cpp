@@ -142,9 +142,18 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
       auto& buf = L.own(size_t(wo_a.N * wo_a.K) * 2);
       dequant_fp8_to_bf16(wo_a, reinterpret_cast<uint16_t*>(buf.data()));
       b.wo_a = reinterpret_cast<const uint16_t*>(buf.data());
-      // Only whole 16-row blocks are packed; attention reads the packed copy only then.
+      // Only whole 16-row blocks are packed; attention reads the packed copy only then. The FP8
+      // codes when every group is whole 32-row scale blocks and the values allow it.
       const int64_t group_rows = config.o_lora_rank;
-      if (group_rows % kPackedRows == 0) {
+      if (group_rows % 32 == 0 && fp8_packable(wo_a)) {
+        auto& packed = L.own(size_t(kPackedFp8Front + wo_a.N * wo_a.K));
+        uint8_t* out = packed.data() + kPackedFp8Front;
+        const int64_t scale_cols = wo_a.K / 32;
+        for (int64_t r = 0; r < wo_a.N; r += group_rows)
+          pack_fp8_rows(Fp8Matrix{wo_a.w + r * wo_a.K, wo_a.scale + (r / 32) * scale_cols, group_rows, wo_a.K},
+                        out + r * wo_a.K, nullptr);
+        b.wo_a_fp8_packed = PackedFp8Matrix{out, wo_a.scale, wo_a.N, wo_a.K};
+      } else if (group_rows % kPackedRows == 0) {
         auto& packed = L.own(size_t(wo_a.N * wo_a.K) * 2);
         uint16_t* out = reinterpret_cast<uint16_t*>(packed.data());
         for (int64_t r = 0; r < wo_a.N; r += group_rows)

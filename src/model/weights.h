@@ -47,6 +47,10 @@ struct BlockWeights {
   // The same rows packed for one-row (decode) products (gemm.h), each output group's o_lora_rank
   // rows packed on their own, so group g starts at value g * o_lora_rank * K.
   PackedBf16Matrix wo_a_packed;
+  // Or, where the codes give the bf16 values exactly (gemm.h fp8_packable: always for checkpoints
+  // as released), the FP8 codes packed the same way with the checkpoint's scales: half the bytes
+  // per decode step, the same products. Then wo_a_packed is empty.
+  PackedFp8Matrix wo_a_fp8_packed;
   const float* attn_sink = nullptr;
   // compressor (kv sources)
   const uint16_t* comp_wkv_bf16 = nullptr;    // bf16 projection

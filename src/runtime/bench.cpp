@@ -133,7 +133,9 @@ DecodeBytes decode_bytes_per_token(const Model& m, const std::vector<int>& exper
     b.weights += 2 * D * 2 + 2 * (nmix * hc * D * 4 + (nmix + 3) * 4);  // norms, hc projections
     b.weights += fp8_bytes(w.wq_a) + fp8_bytes(w.wq_b) + fp8_bytes(w.wkv) + fp8_bytes(w.wo_b);
     b.weights += c.q_lora_rank * 2 + Dh * 2 + int64_t(c.n_heads) * 4;
-    b.weights += int64_t(c.o_groups) * c.o_lora_rank * (int64_t(c.n_heads) * Dh / c.o_groups) * 2;  // wo_a (bf16)
+    // wo_a: its packed FP8 codes and scales, or its bf16 values
+    const int64_t wo_a_values = int64_t(c.o_groups) * c.o_lora_rank * (int64_t(c.n_heads) * Dh / c.o_groups);
+    b.weights += w.wo_a_fp8_packed.blocks ? wo_a_values + wo_a_values / (32 * 32) : wo_a_values * 2;
     if (lp.kv_source) {
       b.weights += compressor_bytes_per_token(c, lp);
       const bool emits = lp.ratio > 0 && (pos + 1) % lp.ratio == 0;
