@@ -694,6 +694,20 @@ PackedGroup packed_group(int64_t NB, int64_t g) {
   const int64_t first = g * kPackedGroupBlocks;
   return {first, int(std::min(kPackedGroupBlocks, NB - first))};
 }
+
+// The items of several jobs (items_of(j) each, `items` in all) shared out in one parallel loop:
+// run(j, item of job j).
+template <class ItemsOf, class Run>
+void parallel_job_items(ThreadPool* pool, int64_t items, const ItemsOf& items_of, const Run& run) {
+  parallel_for(pool, items, [&](int64_t i0, int64_t i1) {
+    int j = 0;
+    int64_t first = 0;  // the first item of job j
+    for (int64_t i = i0; i < i1; ++i) {
+      while (i >= first + items_of(j)) first += items_of(j++);
+      run(j, i - first);
+    }
+  });
+}
 }  // namespace
 
 void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool) {
@@ -766,14 +780,7 @@ void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64
         y[m * N + row0 + r] = acc;
       }
   };
-  parallel_for(pool_for_work(pool, work), items, [&](int64_t i0, int64_t i1) {
-    int j = 0;
-    int64_t first = 0;  // the first item of job j
-    for (int64_t i = i0; i < i1; ++i) {
-      while (i >= first + items_of(j)) first += items_of(j++);
-      run_item(j, i - first);
-    }
-  });
+  parallel_job_items(pool_for_work(pool, work), items, items_of, run_item);
 }
 
 namespace {
@@ -846,14 +853,7 @@ void linear_f32_wfp8_packed_batch(const PackedFp8LinearJob* jobs, int count, int
         y[m * N + row0 + r] = acc;
       }
   };
-  parallel_for(pool_for_work(pool, work), items, [&](int64_t i0, int64_t i1) {
-    int j = 0;
-    int64_t first = 0;  // the first group of job j
-    for (int64_t i = i0; i < i1; ++i) {
-      while (i >= first + groups_of(j)) first += groups_of(j++);
-      run_group(j, i - first);
-    }
-  });
+  parallel_job_items(pool_for_work(pool, work), items, groups_of, run_group);
 }
 
 void dequant_fp8_to_bf16(const Fp8Matrix& W, uint16_t* out) {

@@ -220,37 +220,32 @@ void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const ui
   // A decode row reads the groups' rows from the packed copy (one stream per 128 rows, the same
   // sums; FP8 codes where they give the bf16 values), all groups in one parallel call; several
   // rows lay the weights out per call instead (gemm.h).
-  if (S < 4 && w.wo_a_fp8_packed.blocks) {
+  if (S < 4 && (w.wo_a_fp8_packed.blocks || w.wo_a_packed.blocks)) {
     DS41_SCRATCH(float, in_f32, G * S * K);  // [g][s][k]
     DS41_SCRATCH(float, out_f32, G * S * Rk);
-    DS41_SCRATCH_EMPTY(PackedFp8LinearJob, jobs);
-    scratch_reserve(jobs, size_t(G));
-    const PackedFp8Matrix& wa = w.wo_a_fp8_packed;
-    for (int64_t g = 0; g < G; ++g) {
-      for (int s = 0; s < S; ++s)
-        for (int64_t k = 0; k < K; ++k)
-          in_f32[size_t((g * S + s) * K + k)] = bf16_to_f32(o[s * H * Dh + g * K + k]);
-      const PackedFp8Matrix group{wa.blocks + g * Rk * K, wa.scale + (g * Rk / 32) * (K / 32), Rk, K};
-      jobs.push_back(PackedFp8LinearJob{in_f32.data() + g * S * K, group, out_f32.data() + g * S * Rk});
-    }
-    linear_f32_wfp8_packed_batch(jobs.data(), int(G), S, pool);
     for (int64_t g = 0; g < G; ++g)
       for (int s = 0; s < S; ++s)
-        for (int64_t r = 0; r < Rk; ++r)
-          u[size_t((s * G + g) * Rk + r)] = f32_to_bf16(out_f32[size_t((g * S + s) * Rk + r)]);
-  } else if (S < 4 && w.wo_a_packed.blocks) {
-    DS41_SCRATCH(float, in_f32, G * S * K);  // [g][s][k]
-    DS41_SCRATCH(float, out_f32, G * S * Rk);
-    DS41_SCRATCH_EMPTY(PackedLinearJob, jobs);
-    scratch_reserve(jobs, size_t(G));
-    for (int64_t g = 0; g < G; ++g) {
-      for (int s = 0; s < S; ++s)
         for (int64_t k = 0; k < K; ++k)
           in_f32[size_t((g * S + s) * K + k)] = bf16_to_f32(o[s * H * Dh + g * K + k]);
-      const PackedBf16Matrix group{w.wo_a_packed.blocks + g * Rk * K, w.wo_a + g * Rk * K, Rk, K};
-      jobs.push_back(PackedLinearJob{in_f32.data() + g * S * K, group, out_f32.data() + g * S * Rk});
+    const auto x_of = [&](int64_t g) { return in_f32.data() + g * S * K; };
+    const auto y_of = [&](int64_t g) { return out_f32.data() + g * S * Rk; };
+    if (const PackedFp8Matrix& wa = w.wo_a_fp8_packed; wa.blocks) {
+      DS41_SCRATCH_EMPTY(PackedFp8LinearJob, jobs);
+      scratch_reserve(jobs, size_t(G));
+      for (int64_t g = 0; g < G; ++g) {
+        const PackedFp8Matrix group{wa.blocks + g * Rk * K, wa.scale + (g * Rk / 32) * (K / 32), Rk, K};
+        jobs.push_back(PackedFp8LinearJob{x_of(g), group, y_of(g)});
+      }
+      linear_f32_wfp8_packed_batch(jobs.data(), int(G), S, pool);
+    } else {
+      DS41_SCRATCH_EMPTY(PackedLinearJob, jobs);
+      scratch_reserve(jobs, size_t(G));
+      for (int64_t g = 0; g < G; ++g) {
+        const PackedBf16Matrix group{w.wo_a_packed.blocks + g * Rk * K, w.wo_a + g * Rk * K, Rk, K};
+        jobs.push_back(PackedLinearJob{x_of(g), group, y_of(g)});
+      }
+      linear_f32_wbf16_packed_batch(jobs.data(), int(G), S, pool);
     }
-    linear_f32_wbf16_packed_batch(jobs.data(), int(G), S, pool);
     for (int64_t g = 0; g < G; ++g)
       for (int s = 0; s < S; ++s)
         for (int64_t r = 0; r < Rk; ++r)
