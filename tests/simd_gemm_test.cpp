@@ -530,6 +530,7 @@ TEST(SimdGemm, PackedFp8MatchesTheDequantizedTwinBitForBit) {
 // What the FP8 packing refuses: a NaN code, a scale outside [2^-124, 2^7], shapes that are not
 // whole 32 x 32 scale blocks; the product refuses such shapes too.
 TEST(SimdGemm, PackedFp8RefusesWhatItCannotReproduce) {
+  ThreadPool pool(2);
   std::vector<uint8_t> codes(64 * 64, 0x38), scales(4, 120);
   const Fp8Matrix ok{codes.data(), scales.data(), 64, 64};
   EXPECT_TRUE(fp8_packable(ok));
@@ -546,8 +547,13 @@ TEST(SimdGemm, PackedFp8RefusesWhatItCannotReproduce) {
   EXPECT_FALSE(fp8_packable(Fp8Matrix{codes.data(), scales.data(), 48, 64}));
   EXPECT_FALSE(fp8_packable(Fp8Matrix{codes.data(), scales.data(), 64, 48}));
   std::vector<uint8_t> out(codes.size());
+  scales[2] = 140;
+  EXPECT_THROW(pack_fp8_rows(ok, out.data(), nullptr), Error);
+  scales[2] = 120;
   codes[5] = 0x7f;
   EXPECT_THROW(pack_fp8_rows(ok, out.data(), nullptr), Error);
+  codes[5] = 0xff;
+  EXPECT_THROW(pack_fp8_rows(ok, out.data(), &pool), Error);
   std::vector<float> x(64), y(48);
   const PackedFp8LinearJob job{x.data(), PackedFp8Matrix{out.data(), scales.data(), 48, 64}, y.data()};
   EXPECT_THROW(linear_f32_wfp8_packed_batch(&job, 1, 1, nullptr), Error);

@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -788,30 +789,49 @@ namespace {
 // 2^(t + 120), in the SIMD kernel's fp32 (gemm.h): t >= -124 keeps every product on bf16's grid
 // (multiples of 2^-9 * 2^t >= 2^-133), t <= 7 keeps 2^(t + 120) finite.
 constexpr int kPackedFp8MinScale = 127 - 124, kPackedFp8MaxScale = 127 + 7;
-}  // namespace
 
-bool fp8_packable(const Fp8Matrix& W) {
+// fp8_packable but for the codes: the shape and every scale.
+bool fp8_shape_and_scales_packable(const Fp8Matrix& W) {
   if (W.N <= 0 || W.K <= 0 || W.N % 32 != 0 || W.K % kBlock != 0) return false;
   for (int64_t i = 0; i < (W.N / 32) * (W.K / kBlock); ++i)
     if (W.scale[i] < kPackedFp8MinScale || W.scale[i] > kPackedFp8MaxScale) return false;
+  return true;
+}
+// A NaN code is dequantized to a NaN, which the packed kernel's decode would not give.
+inline bool is_nan_e4m3(uint8_t code) { return (code & 0x7f) == 0x7f; }
+}  // namespace
+
+bool fp8_packable(const Fp8Matrix& W) {
+  if (!fp8_shape_and_scales_packable(W)) return false;
   for (int64_t i = 0; i < W.N * W.K; ++i)
-    if ((W.w[i] & 0x7f) == 0x7f) return false;  // NaN: dequantized to a NaN the kernel would not give
+    if (is_nan_e4m3(W.w[i])) return false;
   return true;
 }
 
 void pack_fp8_rows(const Fp8Matrix& W, uint8_t* out, ThreadPool* pool) {
-  if (!fp8_packable(W)) throw Error("pack_fp8_rows: the matrix cannot be packed (fp8_packable)");
+  if (!fp8_shape_and_scales_packable(W))
+    throw Error("pack_fp8_rows: the matrix cannot be packed (shape or scales, see fp8_packable)");
   const int64_t N = W.N, K = W.K, NB = N / kPackedRows, NG = (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks;
+  // The codes are checked as they are copied (the caller has usually checked them already: one
+  // pass over the matrix instead of two).
+  std::atomic<bool> nan_code{false};
   parallel_for(pool_for_work(pool, N * K), NG, [&](int64_t g0, int64_t g1) {
+    bool nan = false;
     for (int64_t g = g0; g < g1; ++g) {
       const PackedGroup pg = packed_group(NB, g);
       const int64_t rows = pg.width * kPackedRows, row0 = pg.first_block * kPackedRows;
       uint8_t* group = out + row0 * K;
       for (int64_t k0 = 0; k0 < K; k0 += 64)  // a cache line of each source row at a time
         for (int64_t j = 0; j < rows; ++j)
-          for (int64_t k = k0; k < std::min(K, k0 + 64); ++k) group[k * rows + j] = W.w[(row0 + j) * K + k];
+          for (int64_t k = k0; k < std::min(K, k0 + 64); ++k) {
+            const uint8_t code = W.w[(row0 + j) * K + k];
+            nan |= is_nan_e4m3(code);
+            group[k * rows + j] = code;
+          }
     }
+    if (nan) nan_code = true;
   });
+  if (nan_code) throw Error("pack_fp8_rows: the matrix has a NaN code (fp8_packable)");
 }
 
 void linear_f32_wfp8_packed_batch(const PackedFp8LinearJob* jobs, int count, int64_t M, ThreadPool* pool) {

@@ -121,7 +121,8 @@ struct PackedFp8Matrix {
 };
 // Whether W can be packed so (shape, scale range, no NaN code).
 bool fp8_packable(const Fp8Matrix& W);
-// Writes the N * K packed codes of W (fp8_packable) into `out` (N * K bytes).
+// Writes the N * K packed codes of W into `out` (N * K bytes); throws ds41::Error where W is not
+// fp8_packable (the contents of `out` are then unspecified).
 void pack_fp8_rows(const Fp8Matrix& W, uint8_t* out, ThreadPool* pool);
 struct PackedFp8LinearJob {
   const float* x;
