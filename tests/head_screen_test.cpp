@@ -29,7 +29,7 @@ namespace {
 
 std::vector<SimdLevel> all_levels() {
   std::vector<SimdLevel> out{SimdLevel::Scalar};
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi})
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi, SimdLevel::Amx})
     if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
   return out;
 }

@@ -296,9 +296,11 @@ TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
   // K = 96 is one partial 8-block step of the decode kernels; K = 352 a whole step and a partial
   // one, so the NaN codes at positions 0 and 40 lie in the whole step.
   for (const int64_t K : {int64_t{96}, int64_t{352}}) {
-    const int64_t M = 4, N = 41, KB = K / 32;
+    // M = 21: decode rows (up to 4) and prefill tiles, the AMX ones with a part-filled second tile.
+    const int64_t M = 21, N = 41, KB = K / 32;
     std::vector<uint16_t> x = random_bf16(M * K, rng);
-    x[size_t(K + 5)] = 0x7fc1;  // NaN in activation row 1
+    x[size_t(K + 5)] = 0x7fc1;        // NaN in activation rows 1 and 18
+    x[size_t(18 * K + K - 3)] = 0xffc0;
     std::vector<uint8_t> w8 = random_e4m3(N * K, rng), w4 = random_bytes(N * K / 2, rng);
     w8[size_t(3 * K + 40)] = 0xFF;      // NaN codes in weight rows 3, 21 (second gather of a tile)
     w8[size_t(21 * K + K - 1)] = 0x7F;  // and 38 (second tile), at the first, middle and last
@@ -310,7 +312,7 @@ TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
     std::vector<uint16_t> twin(size_t(M * N)), fast(size_t(M * N));
     for (SimdLevel l : levels) {
       ScopedSimdLevel level(l);
-      for (int64_t rows : {int64_t{1}, int64_t{2}, M}) {
+      for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{4}, M}) {
         linear_fp8_reference(x.data(), rows, W8, twin.data());
         linear_fp8(x.data(), rows, W8, fast.data(), nullptr);
         EXPECT_EQ(std::memcmp(fast.data(), twin.data(), size_t(rows * N) * 2), 0)
@@ -638,9 +640,10 @@ TEST(SimdLevel, ParsesNamesAndCapsAtTheSupportedLevel) {
   EXPECT_EQ(parse_simd_level("avx2"), SimdLevel::Avx2);
   EXPECT_EQ(parse_simd_level("avx512"), SimdLevel::Avx512);
   EXPECT_EQ(parse_simd_level("avx512vbmi"), SimdLevel::Avx512Vbmi);
+  EXPECT_EQ(parse_simd_level("amx"), SimdLevel::Amx);
   EXPECT_FALSE(parse_simd_level("sse9").has_value());
   const SimdLevel before = simd_level();
-  EXPECT_EQ(set_simd_level(SimdLevel::Avx512Vbmi), simd_level_supported());
+  EXPECT_EQ(set_simd_level(SimdLevel::Amx), simd_level_supported());  // the highest level
   EXPECT_EQ(set_simd_level(SimdLevel::Scalar), SimdLevel::Scalar);
   EXPECT_EQ(simd_level(), SimdLevel::Scalar);
   set_simd_level(before);

@@ -458,7 +458,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                                  ThreadPool* pool) {
   // A job's prepared activations: FP8 uses f1 = values, f2 = scales, i8 = digit planes (a lone
   // row on a level with the integer decode kernel), f64 = the values widened to double (several
-  // rows); FP4 f1 = raw scales, f2 = scales, i8 = chunk planes, i32 = offsets.
+  // rows; amx: the tile digits instead, amx), FP4 f1 = raw scales, f2 = scales, i8 = chunk planes,
+  // i32 = offsets (and amx: the tile digits, amx).
   struct Prepared {
     uint8_t* codes;
     uint8_t* special;
@@ -466,11 +467,12 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     int8_t* i8;
     int32_t* i32;
     double* f64;
+    int8_t* amx;
     int64_t K;
     bool digits;
     int shares = -1;  // the earlier job whose preparation this one uses
-    simd::Fp8Activations a8() const { return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64}; }
-    simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K}; }
+    simd::Fp8Activations a8() const { return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64, amx}; }
+    simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K, amx}; }
   };
   struct Tile {
     int job;
@@ -488,6 +490,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   thread_local std::vector<int8_t> i8_buffer;
   thread_local std::vector<int32_t> i32_buffer;
   thread_local std::vector<double> f64_buffer;
+  thread_local std::vector<int8_t> amx_buffer;
   auto dims = [&](int j, int64_t& N, int64_t& K) {
     N = jobs[j].fp8 ? jobs[j].fp8->N : jobs[j].fp4->N;
     K = jobs[j].fp8 ? jobs[j].fp8->K : jobs[j].fp4->K;
@@ -498,10 +501,18 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   auto fp8_digits = [&](const QuantizedLinearJob& job) {
     return job.fp8 && job.M <= simd::kDecodeRowsMax && kt.prepare_fp8_digits;
   };
-  auto fp8_wide = [&](const QuantizedLinearJob& job) { return job.fp8 && job.M > simd::kDecodeRowsMax; };
+  // Beyond that the prefill tiles: doubles, or AMX tile digits (rows padded to whole tiles; FP8
+  // and FP4 alike).
+  auto amx_digits = [&](const QuantizedLinearJob& job) {
+    return job.M > simd::kDecodeRowsMax && kt.prepare_fp8_amx;
+  };
+  auto fp8_wide = [&](const QuantizedLinearJob& job) {
+    return job.fp8 && job.M > simd::kDecodeRowsMax && !kt.prepare_fp8_amx;
+  };
   if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
   // Sizes, and which jobs share a preparation.
-  int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, f64_n = 0, work = 0, prep_work = 0;
+  int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, f64_n = 0, amx_n = 0, work = 0,
+          prep_work = 0;
   for (int j = 0; j < count; ++j) {
     const QuantizedLinearJob& job = jobs[j];
     int64_t N, K;
@@ -526,6 +537,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     i8_n += job.fp8 ? (fp8_digits(job) ? job.M * 3 * K : 0) : job.M * simd::fp4_chunk_row_bytes(K);
     i32_n += job.fp8 ? 0 : job.M * (K / kBlock);
     f64_n += fp8_wide(job) ? job.M * K : 0;
+    amx_n += amx_digits(job) ? simd::fp8_amx_bytes(job.M, K) : 0;
   }
   uint8_t* codes = scratch(codes_buffer, codes_n);
   uint8_t* special = scratch(special_buffer, special_n);
@@ -534,6 +546,9 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   int8_t* i8 = scratch(i8_buffer, i8_n);
   int32_t* i32 = scratch(i32_buffer, i32_n);
   double* f64 = scratch(f64_buffer, f64_n);
+  // AMX tile rows 64-byte aligned: a tile load of rows split across cache lines took 1.5x as long.
+  int8_t* amx = scratch(amx_buffer, amx_n + 64);
+  amx += (64 - reinterpret_cast<uintptr_t>(amx) % 64) % 64;
   // Buffers of each job, and the rows to prepare.
   prep_rows.clear();
   for (int j = 0; j < count; ++j) {
@@ -543,7 +558,13 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     int64_t N, K;
     dims(j, N, K);
     const int64_t KB = K / kBlock;
-    p = Prepared{codes, special, f1, f2, i8, i32, fp8_wide(job) ? f64 : nullptr, K, fp8_digits(job), -1};
+    p = Prepared{codes,   special, f1, f2, i8, i32, fp8_wide(job) ? f64 : nullptr, amx_digits(job) ? amx : nullptr,
+                 K,       fp8_digits(job), -1};
+    if (p.amx) {  // the padding rows are zero digits: the last tile zeroed, its rows then written
+      const int64_t bytes = simd::fp8_amx_bytes(job.M, K), tile = simd::fp8_amx_bytes(1, K);
+      if (job.M % 16) std::memset(amx + bytes - tile, 0, size_t(tile));
+      amx += bytes;
+    }
     if (job.fp8) {
       f1 += job.M * K;
       i8 += p.digits ? job.M * 3 * K : 0;
@@ -574,6 +595,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                      kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB,
                                         p.i8 + r * simd::fp4_chunk_row_bytes(K), p.i32 + r * KB, p.f2 + r * KB,
                                         p.special + r);
+                   if (p.amx) kt.prepare_fp8_amx(p.codes + r * K, K, p.amx + simd::fp8_amx_row_offset(r, K));
                  }
                });
   // Digit planes of the few-row FP8 jobs; shared preparations copied; the tiles.

@@ -7,7 +7,7 @@ namespace avx2 {
 extern const KernelTable kTable;
 }
 namespace avx512 {
-extern const KernelTable kTable, kTableVbmi;
+extern const KernelTable kTable, kTableVbmi, kTableAmx;
 }
 #endif
 
@@ -17,6 +17,7 @@ const KernelTable* kernel_table(SimdLevel level) {
     case SimdLevel::Avx2: return &avx2::kTable;
     case SimdLevel::Avx512: return &avx512::kTable;
     case SimdLevel::Avx512Vbmi: return &avx512::kTableVbmi;
+    case SimdLevel::Amx: return &avx512::kTableAmx;
     case SimdLevel::Scalar: return nullptr;
   }
 #endif

@@ -38,13 +38,22 @@ struct Fp8Activations {
   // prefill tiles, widened once per call instead of once per tile); nullptr up to
   // kDecodeRowsMax rows.
   const double* wide = nullptr;
+  // Several rows at the amx level (instead of `wide`): per row and 32-block the 128 bytes
+  // [c0 | c1 | c2 | 0] of the digit planes above (prepare_fp8_amx), by tiles of 16 rows (the
+  // last one padded with zero rows), each tile block by block so that an AMX tile's operand is
+  // one contiguous run: [ceil(rows / 16)][K / 32][16][128] (fp8_amx_row_offset).
+  const int8_t* amx = nullptr;
   // Row r alone (for the one-row kernels).
   Fp8Activations row(int64_t r) const {
     const int64_t KB = K / 32;
     return {values + r * K, scales + r * KB, codes + r * K, special + r, K, digits ? digits + r * 3 * K : nullptr,
-            wide ? wide + r * K : nullptr};
+            wide ? wide + r * K : nullptr, nullptr};
   }
 };
+
+// Where row r of Fp8Activations::amx starts (its block b is 16 * 128 * b bytes further on).
+inline int64_t fp8_amx_row_offset(int64_t r, int64_t K) { return r / 16 * (K / 32) * 2048 + r % 16 * 128; }
+inline int64_t fp8_amx_bytes(int64_t rows, int64_t K) { return (rows + 15) / 16 * (K / 32) * 2048; }
 
 // Activations of an FP4-weight GEMM, prepared for 8-bit integer dot products: each E4M3 value
 // times 2^9 is an integer a9 with |a9| <= 448 * 2^9 < 2^18, split as a9 = c0 + 2^7 c1 + 2^14 c2
@@ -67,11 +76,13 @@ struct Fp4Activations {
   const float* raw_scales; // [rows][K/32] act_quant scales (for the scalar fallback)
   const uint8_t* special;  // [rows]
   int64_t K;
+  // Several rows at the amx level: the digit rows of Fp8Activations::amx (prepare_fp8_amx).
+  const int8_t* amx = nullptr;
   // Row r alone (for the one-row kernels).
   Fp4Activations row(int64_t r) const {
     const int64_t KB = K / 32;
     return {chunks + r * fp4_chunk_row_bytes(K), offsets + r * KB, scales + r * KB, codes + r * K,
-            raw_scales + r * KB, special + r, K};
+            raw_scales + r * KB, special + r, K, nullptr};
   }
 };
 
@@ -148,6 +159,9 @@ struct KernelTable {
   // y[m * y_stride + 16 i + j] for i < width, j < 16, m < M; x [M][K] fp32.
   void (*dense_packed_fp8)(const float* x, int64_t M, const uint8_t* group, const uint8_t* scale, int64_t K,
                            int width, float* y, int64_t y_stride);
+  // Row r of Fp8Activations::amx (at fp8_amx_row_offset) from its E4M3 codes (K % 32 == 0);
+  // nullptr on levels whose fp8 kernel does not read it.
+  void (*prepare_fp8_amx)(const uint8_t* codes, int64_t K, int8_t* out);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

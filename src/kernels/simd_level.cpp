@@ -10,6 +10,10 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace ds41 {
 namespace {
@@ -23,6 +27,22 @@ uint64_t read_xcr0() {
   return (uint64_t(hi) << 32) | lo;
 }
 #endif
+
+// AMX-TILE and AMX-INT8 in the CPU, their tile state enabled by the OS in XCR0, and - on Linux,
+// which enables the large tile-data state only for processes that ask - the permission granted
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, once per process, for all its threads).
+bool amx_usable(uint32_t cpuid7_edx, uint64_t xcr0) {
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+  const bool tile = cpuid7_edx & (1u << 24), int8 = cpuid7_edx & (1u << 25);
+  if (!tile || !int8 || (xcr0 & 0x60000) != 0x60000) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  (void)cpuid7_edx;
+  (void)xcr0;
+  return false;
+#endif
+}
 
 SimdLevel detect_supported() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -40,7 +60,8 @@ SimdLevel detect_supported() {
                       (xcr0 & 0xe0) == 0xe0;  // opmask and ZMM state
   if (!avx512) return SimdLevel::Avx2;
   const bool vbmi = c & (1u << 1);
-  return vbmi ? SimdLevel::Avx512Vbmi : SimdLevel::Avx512;
+  if (!vbmi) return SimdLevel::Avx512;
+  return amx_usable(d, xcr0) ? SimdLevel::Amx : SimdLevel::Avx512Vbmi;
 #else
   return SimdLevel::Scalar;
 #endif
@@ -68,7 +89,7 @@ SimdLevel simd_level() {
   if (const char* env = std::getenv("DS41_SIMD"); env && *env && std::string_view(env) != "auto") {
     const std::optional<SimdLevel> parsed = parse_simd_level(env);
     if (!parsed)
-      throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx512, avx512vbmi or auto)");
+      throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx512, avx512vbmi, amx or auto)");
     chosen = cap(*parsed);
   }
   g_level.store(static_cast<int>(chosen), std::memory_order_relaxed);
@@ -87,6 +108,7 @@ const char* simd_level_name(SimdLevel level) {
     case SimdLevel::Avx2: return "avx2";
     case SimdLevel::Avx512: return "avx512";
     case SimdLevel::Avx512Vbmi: return "avx512vbmi";
+    case SimdLevel::Amx: return "amx";
   }
   return "?";
 }
@@ -96,6 +118,7 @@ std::optional<SimdLevel> parse_simd_level(std::string_view name) {
   if (name == "avx2") return SimdLevel::Avx2;
   if (name == "avx512") return SimdLevel::Avx512;
   if (name == "avx512vbmi") return SimdLevel::Avx512Vbmi;
+  if (name == "amx") return SimdLevel::Amx;
   return std::nullopt;
 }
 

@@ -11,6 +11,9 @@
 //   avx512vbmi  avx512 + VBMI (Ice Lake, Zen 4 and later; not Cascade Lake): the same kernels
 //           except the FP8 decode product, which becomes 8-bit integer dot products on weight
 //           digits looked up with 128-entry byte permutes (simd_fp8_decode.inc)
+//   amx     avx512vbmi + AMX-INT8 tiles (Sapphire Rapids and later; Linux grants the tile state
+//           per process): the same kernels except the FP8 prefill product, which becomes int8
+//           tile products of the same digits (simd_amx.inc)
 #pragma once
 
 #include <optional>
@@ -18,7 +21,7 @@
 
 namespace ds41 {
 
-enum class SimdLevel : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vbmi = 3 };
+enum class SimdLevel : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vbmi = 3, Amx = 4 };
 
 // The best level this CPU and this build can run.
 SimdLevel simd_level_supported();
@@ -29,7 +32,7 @@ SimdLevel simd_level();
 SimdLevel set_simd_level(SimdLevel level);
 
 const char* simd_level_name(SimdLevel level);
-std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx512", "avx512vbmi"
+std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx512", "avx512vbmi", "amx"
 
 // Sets a level for a scope and restores the previous one (tests, bench).
 class ScopedSimdLevel {

@@ -51,7 +51,7 @@ TEST(SimdModel, EveryLevelGivesTheScalarLogitsAndTokens) {
     ScopedSimdLevel scalar(SimdLevel::Scalar);
     twin = generate(*model, prompt, 12, &pool);
   }
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi}) {
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi, SimdLevel::Amx}) {
     if (static_cast<int>(l) > static_cast<int>(simd_level_supported())) continue;
     ScopedSimdLevel level(l);
     const Generation g = generate(*model, prompt, 12, &pool);
