@@ -58,7 +58,10 @@ TEST(SimdAttention, SparseAttentionMatchesTwinBitForBit) {
   std::mt19937 rng(11);
   const AttnCase cases[] = {{1, 32, 1, 1.0f},  {3, 7, 5, 1.0f},   {4, 64, 63, 1.0f},  {8, 512, 64, 0.5f},
                             {8, 512, 65, 4.0f}, {5, 100, 200, 1.0f}, {13, 33, 130, 2.0f}, {2, 16, 0, 1.0f},
-                            {8, 512, 256, 1.0f}, {4, 513, 20, 1.0f}, {9, 1024, 40, 1.0f}};  // rows past 512: run-time stride
+                            {8, 512, 256, 1.0f}, {4, 513, 20, 1.0f}, {9, 1024, 40, 1.0f},  // rows past 512: run-time stride
+                            // heads by 16, 8 and 4 (512-bit logit passes and their tails), 32-element
+                            // PV chunks with 16-element and scalar tails
+                            {16, 512, 70, 1.0f}, {20, 100, 65, 1.0f}, {64, 512, 40, 0.5f}, {12, 48, 30, 1.0f}};
   for (const AttnCase& c : cases) {
     const std::vector<uint16_t> q = random_bf16(rng, c.H * c.Dh, c.sigma);
     const std::vector<uint16_t> kv = random_bf16(rng, int64_t(c.n) * c.Dh, c.sigma);
