@@ -1,4 +1,4 @@
-// The AVX-512 (F/BW/DQ/VL/VNNI), 256-bit vectors kernel tables (avx512, avx512vbmi, amx): simd_gemm.inc compiled for this ISA. Only the functions defined below the
+// The AVX-512 (F/BW/DQ/VL/VNNI) kernel tables (avx512, avx512vbmi, amx; mostly 256-bit vectors, 512-bit where it paid): simd_gemm.inc compiled for this ISA. Only the functions defined below the
 // target pragma carry the ISA; everything included above it (standard library, shared headers)
 // is compiled for the baseline, so no out-of-line copy with avx512 instructions can be picked up
 // by code that runs on other CPUs. Called only after simd_level_supported() checked the CPU.

@@ -7,7 +7,9 @@
 //
 //   avx2    AVX2 + FMA + F16C (Haswell, Zen 1 and later)
 //   avx512  AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Cascade Lake, Zen 4 and later); the kernels use
-//           256-bit vectors with the AVX-512 instructions (VNNI dot products, 32 registers)
+//           256-bit vectors with the AVX-512 instructions (VNNI dot products, 32 registers),
+//           512-bit ones where a kernel gained from them (FP8 paths, prefill dense tiles,
+//           sparse attention)
 //   avx512vbmi  avx512 + VBMI (Ice Lake, Zen 4 and later; not Cascade Lake): the same kernels
 //           except the FP8 decode product, which becomes 8-bit integer dot products on weight
 //           digits looked up with 128-entry byte permutes (simd_fp8_decode.inc)
