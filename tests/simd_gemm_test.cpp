@@ -104,7 +104,9 @@ std::string describe(SimdLevel l, const Shape& s) {
 const Shape kQuantizedShapes[] = {{1, 1, 32},   {1, 37, 96},   {1, 64, 256},   {1, 19, 416},
                                   {2, 21, 160}, {3, 40, 288},  {5, 33, 224},   {17, 9, 64},
                                   {16, 24, 352}, {33, 17, 128}, {130, 11, 96}, {1, 200, 1024},
-                                  {4, 29, 192},  {4, 8, 32},    {3, 13, 32}};
+                                  {4, 29, 192},  {4, 8, 32},    {3, 13, 32},
+                                  // one block with prefill rows; whole 16-row tiles and 3 panels
+                                  {6, 20, 32},   {32, 48, 64}};
 
 // K with every remainder mod 16, N not a multiple of the 8- or 2-row groups; packed groups (8
 // blocks of 16 rows) of every width from 1 to 8, with and without tail rows.
