@@ -59,6 +59,22 @@ TEST(ThreadPool, WorkersActuallyRunChunks) {
   EXPECT_NE(ids[1], ids[2]);
 }
 
+// Workers poll for a while after a job, then sleep on the condition variable: a job published
+// after that (here 30 ms later, well past the polling budget) must wake them, and one published
+// while they still poll must be seen without waking.
+TEST(ThreadPool, JobsReachPollingAndSleepingWorkers) {
+  ThreadPool pool(3);
+  for (int pause_ms : {0, 30, 0, 30}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    std::vector<std::thread::id> ids(3);
+    pool.parallel_for(3, [&](int64_t begin, int64_t) { ids[size_t(begin)] = std::this_thread::get_id(); });
+    EXPECT_EQ(ids[0], std::this_thread::get_id()) << "pause " << pause_ms << " ms";
+    EXPECT_NE(ids[1], ids[0]);
+    EXPECT_NE(ids[2], ids[0]);
+    EXPECT_NE(ids[1], ids[2]);
+  }
+}
+
 TEST(ThreadPool, FreeThreadsTakeTheSlowThreadsShare) {
   ThreadPool pool(2);
   std::mutex m;

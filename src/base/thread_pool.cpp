@@ -1,6 +1,7 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace ds41 {
 namespace {
@@ -18,8 +19,18 @@ struct InsideChunkScope {
 // (the next job of a decode step usually arrives within microseconds), then rounds that yield the
 // CPU, so that when more threads than cores want to run (other processes, parallel tests) the
 // poller steps aside instead of burning the core someone else needs.
+//
+// The yielding rounds last kSpinBudget, not a count: waking a sleeping thread costs far more than
+// a short gap. On a 2-vCPU VM (Xeon, KVM) a count of 128 yields ran out after ~20 us, shorter
+// than a decode step's serial stretches (a layer's router and SwiGLU, the sampling between
+// tokens): ~38 times per token of the small preset the worker slept, and its wake-up (a futex
+// wake and an inter-processor interrupt through the hypervisor) took 16-128 us - on average a
+// parallel loop started 7.6 us late on the worker. Polling for 2 ms keeps it awake through a
+// step and the gap to the next one (0.55 us average start, decode 45-46 -> 48.5-50 tok/s); an
+// idle pool still sleeps 2 ms after its last job.
 constexpr int kPauseRounds = 64;
-constexpr int kYieldRounds = 128;
+constexpr auto kSpinBudget = std::chrono::microseconds(2000);
+constexpr int kYieldsPerClockRead = 16;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,11 +45,14 @@ bool spin_until(const Pred& pred) {
     if (pred()) return true;
     cpu_relax();
   }
-  for (int i = 0; i < kYieldRounds; ++i) {
-    if (pred()) return true;
-    std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    for (int i = 0; i < kYieldsPerClockRead; ++i) {
+      if (pred()) return true;
+      std::this_thread::yield();
+    }
+    if (std::chrono::steady_clock::now() - start > kSpinBudget) return pred();
   }
-  return pred();
 }
 
 }  // namespace
@@ -53,6 +67,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    generation_.fetch_add(1, std::memory_order_release);  // ends the workers' polling at once
   }
   start_cv_.notify_all();
   for (std::thread& t : workers_) t.join();

@@ -11,8 +11,8 @@
 // std::function and counters under one mutex (lambdas are wrapped by reference, see below).
 // A decode step issues hundreds of short parallel loops, so waking sleeping threads through the
 // kernel for each one cost more than some loops themselves: workers and the caller first poll
-// atomics briefly (pause hints, then yielding rounds), and only then sleep on the condition
-// variables.
+// atomics (pause hints, then yielding rounds for up to 2 ms), and only then sleep on the
+// condition variables.
 #pragma once
 
 #include <atomic>
