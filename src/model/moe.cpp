@@ -51,18 +51,39 @@ void apply_score_function(ScoreFunc fn, float* row, int E) {
 }
 
 // SwiGLU with the training clamps: up clamped both sides, gate from above only (§8.2); the
-// routing weight (if any) multiplies before w2.
-// Rows in parallel: on one thread this loop was ~2 % of a 512-token prefill's wall time with the
-// other threads idle. An element (an expf and a few flops) counts as ~16 multiply-adds of work.
-void swiglu_rows(const uint16_t* g, const uint16_t* u, int64_t n, int64_t I, const float* route_w, float limit,
-                 uint16_t* h, ThreadPool* pool) {
-  parallel_for(pool_for_work(pool, n * I * 16), n, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t i = 0; i < I; ++i) {
-        float a = swiglu(bf16_to_f32(g[r * I + i]), bf16_to_f32(u[r * I + i]), limit);
-        if (route_w) a = route_w[r] * a;
-        h[r * I + i] = f32_to_bf16(a);
+// routing weight (if any) multiplies before w2. One call takes several matrices' rows (a decode
+// step's routed and shared experts), shared out as one parallel loop over all of them.
+struct SwigluPart {
+  const uint16_t* g;
+  const uint16_t* u;
+  uint16_t* h;
+  int64_t rows, width;
+  const float* route_w;  // per row, or nullptr
+};
+// An element (an expf and a few flops, ~5 ns on one Xeon core) counts as this many multiply-adds
+// of work (pool_for_work): a decode step's 5 x 512 elements took 12 us on one thread, the other
+// idle (one thread also took ~2 % of a 512-token prefill's wall time).
+constexpr int64_t kSwigluElementWork = 48;
+
+void swiglu_parts(const SwigluPart* parts, int count, float limit, ThreadPool* pool) {
+  int64_t rows = 0, elements = 0;
+  for (int i = 0; i < count; ++i) {
+    rows += parts[i].rows;
+    elements += parts[i].rows * parts[i].width;
+  }
+  parallel_for(pool_for_work(pool, elements * kSwigluElementWork), rows, [&](int64_t r0, int64_t r1) {
+    int i = 0;
+    int64_t first = 0;  // the first row of part i
+    for (int64_t r = r0; r < r1; ++r) {
+      while (r >= first + parts[i].rows) first += parts[i++].rows;
+      const SwigluPart& p = parts[i];
+      const int64_t row = r - first, I = p.width;
+      for (int64_t c = 0; c < I; ++c) {
+        float a = swiglu(bf16_to_f32(p.g[row * I + c]), bf16_to_f32(p.u[row * I + c]), limit);
+        if (p.route_w) a = p.route_w[row] * a;
+        p.h[row * I + c] = f32_to_bf16(a);
       }
+    }
   });
 }
 
@@ -76,7 +97,8 @@ void expert_rows(const uint16_t* x, int64_t n, const Lin& w1, const Lin& w2, con
   DS41_SCRATCH_UNINIT(uint16_t, h, n * I, 0);
   linear(x, n, w1, g.data(), pool);
   linear(x, n, w3, u.data(), pool);
-  swiglu_rows(g.data(), u.data(), n, I, route_w, limit, h.data(), pool);
+  const SwigluPart part{g.data(), u.data(), h.data(), n, I, route_w};
+  swiglu_parts(&part, 1, limit, pool);
   linear(h.data(), n, w2, out, pool);
 }
 
@@ -188,8 +210,9 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     jobs.push_back({x, S, &w.shared.w1, nullptr, g.data() + R * I});
     jobs.push_back({x, S, &w.shared.w3, nullptr, u.data() + R * I});
     linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
-    swiglu_rows(g.data(), u.data(), R, I, rw.data(), limit, h.data(), ctx.pool);
-    swiglu_rows(g.data() + R * I, u.data() + R * I, S, Is, nullptr, limit, h.data() + R * I, ctx.pool);
+    const SwigluPart parts[] = {{g.data(), u.data(), h.data(), R, I, rw.data()},
+                                {g.data() + R * I, u.data() + R * I, h.data() + R * I, S, Is, nullptr}};
+    swiglu_parts(parts, 2, limit, ctx.pool);
     jobs.clear();
     for (int e = 0; e < E; ++e) {
       const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
