@@ -235,7 +235,7 @@ TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
         ScopedSimdLevel scalar(SimdLevel::Scalar);
         hc_mix_dots(X.data(), c.hc, c.D, fn.data(), nullptr, 0, nmix, twin_dots.data());
       }
-      std::vector<float> fn_t(fn.size());
+      std::vector<float> fn_t(size_t(transposed_hc_projection_size(nmix, n)));
       transpose_hc_projection(fn.data(), nmix, n, fn_t.data());
       for (SimdLevel l : levels) {
         ScopedSimdLevel level(l);

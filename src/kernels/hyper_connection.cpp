@@ -47,8 +47,13 @@ void normalize_cols(float* C, int hc, float eps) {
 }  // namespace
 
 void transpose_hc_projection(const float* fn, int nmix, int64_t n, float* fn_t) {
-  for (int64_t t = 0; t < n; ++t)
-    for (int k = 0; k < nmix; ++k) fn_t[t * nmix + k] = fn[int64_t(k) * n + t];
+  const int blocks = (nmix + kHcMixBlock - 1) / kHcMixBlock;
+  for (int b = 0; b < blocks; ++b)
+    for (int64_t t = 0; t < n; ++t)
+      for (int j = 0; j < kHcMixBlock; ++j) {
+        const int k = b * kHcMixBlock + j;
+        fn_t[(int64_t(b) * n + t) * kHcMixBlock + j] = k < nmix ? fn[int64_t(k) * n + t] : 0.0f;
+      }
 }
 
 void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, const float* fn_t, int k0, int k1,

@@ -29,11 +29,18 @@ constexpr int hc_mix_count(int hc) { return (2 + hc) * hc; }
 void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_eps, float* mixes);
 // The dot products of hc_mixes before the factor r, for mixes k in [k0, k1) only: dots[k - k0].
 // Each mix is its own chain, so splitting the range across threads changes no value. fn_t, if
-// given, is fn transposed (transpose_hc_projection), which the SIMD kernels read (a position's
-// weights of all mixes are one contiguous run); without it the scalar loop over fn runs.
+// given, is fn transposed in blocks of mixes (transpose_hc_projection), which the SIMD kernels
+// read; without it the scalar loop over fn runs.
 void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, const float* fn_t, int k0, int k1,
                  float* dots);
-// fn_t[t][k] = fn[k][t] for fn [nmix][n].
+// fn transposed in blocks of kHcMixBlock mixes: fn_t[b][t][j] = fn[b * kHcMixBlock + j][t] for fn
+// [nmix][n], zero past the last mix. Each block is one forward stream, a position's weights of
+// its mixes one contiguous run: the threads that split a step's mixes read (nearly) disjoint
+// blocks, where with all mixes of a position in one run each of them read every line.
+inline constexpr int kHcMixBlock = 8;
+inline int64_t transposed_hc_projection_size(int nmix, int64_t n) {
+  return (nmix + kHcMixBlock - 1) / kHcMixBlock * kHcMixBlock * n;
+}
 void transpose_hc_projection(const float* fn, int nmix, int64_t n, float* fn_t);
 // hc_mixes from all hc_mix_count(hc) dot products: mixes[k] = dots[k] * r.
 void hc_mixes_from_dots(const uint16_t* X, int hc, int64_t D, const float* dots, float norm_eps, float* mixes);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/hyper_connection.h"
 #include "kernels/int8_dot.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"

@@ -125,7 +125,7 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     for (auto [fn, name, out] : {std::tuple{b.hc_attn_fn, "hc_attn_fn", &b.hc_attn_fn_t},
                                  std::tuple{b.hc_ffn_fn, "hc_ffn_fn", &b.hc_ffn_fn_t}}) {
       const TensorInfo& t = store->get(p + name);
-      auto& buf = L.own(size_t(t.nbytes));
+      auto& buf = L.own(size_t(transposed_hc_projection_size(int(t.shape[0]), t.shape[1])) * sizeof(float));
       transpose_hc_projection(fn, int(t.shape[0]), t.shape[1], reinterpret_cast<float*>(buf.data()));
       *out = reinterpret_cast<const float*>(buf.data());
     }
