@@ -21,7 +21,7 @@ struct InsideChunkScope {
 // poller steps aside instead of burning the core someone else needs.
 //
 // The yielding rounds last kSpinBudget, not a count: waking a sleeping thread costs far more than
-// a short gap. On a 2-vCPU VM (Xeon, KVM) a count of 128 yields ran out after ~20 us, shorter
+// a short gap. On a 2-vCPU VM (Xeon, KVM) a count of 128 yields ran out after 16-64 us, shorter
 // than a decode step's serial stretches (a layer's router and SwiGLU, the sampling between
 // tokens): ~38 times per token of the small preset the worker slept, and its wake-up (a futex
 // wake and an inter-processor interrupt through the hypervisor) took 16-128 us - on average a

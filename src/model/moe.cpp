@@ -61,8 +61,8 @@ struct SwigluPart {
   const float* route_w;  // per row, or nullptr
 };
 // An element (an expf and a few flops, ~5 ns on one Xeon core) counts as this many multiply-adds
-// of work (pool_for_work): a decode step's 5 x 512 elements took 12 us on one thread, the other
-// idle (one thread also took ~2 % of a 512-token prefill's wall time).
+// of work (pool_for_work): a decode step's 5 x 512 elements had taken 12 us on one thread with the
+// other idle (and a 512-token prefill's rows, on one thread, ~2 % of its wall time).
 constexpr int64_t kSwigluElementWork = 48;
 
 void swiglu_parts(const SwigluPart* parts, int count, float limit, ThreadPool* pool) {
