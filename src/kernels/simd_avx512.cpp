@@ -45,32 +45,31 @@ namespace ds41::simd::avx512 {
 #include "kernels/simd_amx.inc"
 
 extern const KernelTable kTable, kTableVbmi, kTableAmx;
-const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,     dense_packed_bf16,
-                            fp8_kernel,         fp4_kernel,      act_quant_row_simd,
-                            prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
-                            indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
-                            mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                            nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd,
-                            transpose_u16,      int8_quantize_bf16_row_simd, dense_packed_fp8,
-                            nullptr};
-// The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
-const KernelTable kTableVbmi = {SimdLevel::Avx512Vbmi, dense_bf16w,     dense_f32w,     dense_packed_bf16,
-                                fp8_kernel_vbmi,       fp4_kernel,      act_quant_row_simd,
-                                prepare_fp8_row,       prepare_fp4_row, sparse_attention_row_simd,
-                                indexer_scores_simd,   hc_mix_dots_simd, fma_peak_simd,
+constexpr KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,     dense_packed_bf16,
+                                fp8_kernel,         fp4_kernel,      act_quant_row_simd,
+                                prepare_fp8_row,    prepare_fp4_row, sparse_attention_row_simd,
+                                indexer_scores_simd, hc_mix_dots_simd, fma_peak_simd,
                                 mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                                prepare_fp8_digits,    hc_post_simd,      int8_row_dots_simd, scaled_exp_sum_simd,
-                                transpose_u16,         int8_quantize_bf16_row_simd, dense_packed_fp8,
+                                nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd,
+                                transpose_u16,      int8_quantize_bf16_row_simd, dense_packed_fp8,
                                 nullptr};
+// The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
+constexpr KernelTable kTableVbmi = [] {
+  KernelTable t = kTable;
+  t.level = SimdLevel::Avx512Vbmi;
+  t.fp8 = fp8_kernel_vbmi;
+  t.prepare_fp8_digits = prepare_fp8_digits;
+  return t;
+}();
 // The VBMI kernels plus AMX tiles for the FP8 and FP4 prefill products (simd_amx.inc).
-const KernelTable kTableAmx = {SimdLevel::Amx,        dense_bf16w,     dense_f32w,     dense_packed_bf16,
-                               fp8_kernel_amx,        fp4_kernel_amx,  act_quant_row_simd,
-                               prepare_fp8_row,       prepare_fp4_row, sparse_attention_row_simd,
-                               indexer_scores_simd,   hc_mix_dots_simd, fma_peak_simd,
-                               mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
-                               prepare_fp8_digits,    hc_post_simd,      int8_row_dots_simd, scaled_exp_sum_simd,
-                               transpose_u16,         int8_quantize_bf16_row_simd, dense_packed_fp8,
-                               prepare_fp8_amx};
+constexpr KernelTable kTableAmx = [] {
+  KernelTable t = kTableVbmi;
+  t.level = SimdLevel::Amx;
+  t.fp8 = fp8_kernel_amx;
+  t.fp4 = fp4_kernel_amx;
+  t.prepare_fp8_amx = prepare_fp8_amx;
+  return t;
+}();
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL
