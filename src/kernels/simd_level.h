@@ -12,10 +12,10 @@
 //           sparse attention)
 //   avx512vbmi  avx512 + VBMI (Ice Lake, Zen 4 and later; not Cascade Lake): the same kernels
 //           except the FP8 decode product, which becomes 8-bit integer dot products on weight
-//           digits looked up with 128-entry byte permutes (simd_fp8_decode.inc)
+//           digits looked up with byte permutes (simd_fp8_decode.inc)
 //   amx     avx512vbmi + AMX-INT8 tiles (Sapphire Rapids and later; Linux grants the tile state
-//           per process): the same kernels except the FP8 prefill product, which becomes int8
-//           tile products of the same digits (simd_amx.inc)
+//           per process): the same kernels except the FP8 and FP4 prefill products, which become
+//           int8 tile products of the same digits (simd_amx.inc)
 #pragma once
 
 #include <optional>
