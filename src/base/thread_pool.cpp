@@ -59,6 +59,7 @@ bool spin_until(const Pred& pred) {
 
 ThreadPool::ThreadPool(int n_threads) {
   const int workers = std::max(n_threads, 1) - 1;
+  piece_begin_.resize(size_t(kMaxPiecesPerThread) * size_t(workers + 1) + 1);
   workers_.reserve(size_t(workers));
   for (int w = 0; w < workers; ++w) workers_.emplace_back([this, w] { worker_main(w + 1); });
 }
@@ -73,9 +74,21 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
+int64_t ThreadPool::split_into_pieces(int64_t n) {
+  const int64_t threads = size(), max_pieces = int64_t(piece_begin_.size()) - 1;
+  const int64_t min_size = std::max<int64_t>(1, n / (kMinPieceFraction * threads));
+  int64_t pieces = 0;
+  for (int64_t begin = 0; begin < n; ++pieces) {
+    piece_begin_[size_t(pieces)] = begin;
+    const int64_t left = n - begin;
+    begin += pieces + 1 == max_pieces ? left : std::max(min_size, (left + 2 * threads - 1) / (2 * threads));
+  }
+  piece_begin_[size_t(pieces)] = n;
+  return pieces;
+}
+
 void ThreadPool::run_piece(int64_t piece) {
-  const int64_t begin = chunk_begin(job_n_, job_pieces_, piece);
-  const int64_t end = chunk_begin(job_n_, job_pieces_, piece + 1);
+  const int64_t begin = piece_begin_[size_t(piece)], end = piece_begin_[size_t(piece) + 1];
   try {
     InsideChunkScope scope;
     if (begin < end) (*job_)(begin, end);
@@ -139,7 +152,7 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     job_ = &fn;
     job_n_ = n;
     job_chunks_ = chunks;
-    job_pieces_ = std::min<int64_t>(n, int64_t(size()) * kPiecesPerThread);
+    job_pieces_ = split_into_pieces(n);
     next_piece_.store(chunks, std::memory_order_relaxed);
     pending_.store(chunks - 1, std::memory_order_relaxed);
     error_ = nullptr;
