@@ -87,7 +87,8 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-// Bounds of part c when [0, n) is split into `chunks` contiguous parts as parallel_for does.
+// Bounds of part c when [0, n) is split into `chunks` contiguous parts of near-equal length (the
+// first n % chunks one longer): how callers cut work into a fixed number of items.
 inline int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
   const int64_t base = n / chunks;
   const int64_t extra = n % chunks;
