@@ -503,13 +503,13 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   // Up to simd::kDecodeRowsMax rows the decode kernels run row by row (faster than the prefill
   // tiles until their weight decode is shared by enough rows): digit planes at the VBMI level,
   // the widened values for the tiles only beyond that.
-  auto fp8_digits = [&](const QuantizedLinearJob& job) {
-    return job.fp8 && job.M <= simd::kDecodeRowsMax && kt.prepare_fp8_digits;
-  };
   // Beyond that the prefill tiles: doubles, or AMX tile digits (rows padded to whole tiles; FP8
-  // and FP4 alike).
+  // and FP4 alike), which FP8 takes from simd::kAmxFp8MinRows rows.
   auto amx_digits = [&](const QuantizedLinearJob& job) {
-    return job.M > simd::kDecodeRowsMax && kt.prepare_fp8_amx;
+    return job.M >= (job.fp8 ? simd::kAmxFp8MinRows : simd::kDecodeRowsMax + 1) && kt.prepare_fp8_amx;
+  };
+  auto fp8_digits = [&](const QuantizedLinearJob& job) {
+    return job.fp8 && job.M <= simd::kDecodeRowsMax && kt.prepare_fp8_digits && !amx_digits(job);
   };
   auto fp8_wide = [&](const QuantizedLinearJob& job) {
     return job.fp8 && job.M > simd::kDecodeRowsMax && !kt.prepare_fp8_amx;
@@ -620,7 +620,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     if (jobs[j].M == 0) continue;
     // Prefill tiles: a multiple of 32 outputs, so the 32-wide AVX-512 FP8 register tile is never
     // cut short inside a tile.
-    const bool decode = jobs[j].M <= simd::kDecodeRowsMax;
+    const bool decode = jobs[j].M <= simd::kDecodeRowsMax && !prepared[size_t(j)].amx;
     const int64_t col_tile = simd_col_tile(N, threads, decode ? 16 : 32, decode);
     for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
   }

@@ -18,6 +18,11 @@ namespace ds41::simd {
 // rows, where the prefill tiles, which decode a weight tile once for many rows, were up to 2x
 // slower (measured).
 constexpr int64_t kDecodeRowsMax = 4;
+// FP8 on AMX tiles from this many rows (the amx level; FP4 from kDecodeRowsMax + 1): once the
+// tiles carry only a call's rows, 4 rows ran faster there than on the one-row kernel (two cores,
+// 1024 x 1024 from L3: 4.6 -> 5.8-6.1 GB/s of weights; 3 rows even, FP4 4 rows slower: 4.7 ->
+// 4.0-4.3).
+constexpr int64_t kAmxFp8MinRows = 4;
 
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
