@@ -150,7 +150,6 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
-    job_n_ = n;
     job_chunks_ = chunks;
     job_pieces_ = split_into_pieces(n);
     next_piece_.store(chunks, std::memory_order_relaxed);

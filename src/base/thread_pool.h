@@ -78,7 +78,6 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) once per published job
   bool stopping_ = false;
   const RangeFn* job_ = nullptr;
-  int64_t job_n_ = 0;
   int job_chunks_ = 0;                 // threads taking part (each starts with its own piece)
   int64_t job_pieces_ = 0;
   std::vector<int64_t> piece_begin_;    // piece p is [piece_begin_[p], piece_begin_[p + 1])

@@ -63,7 +63,7 @@ void hc_mix_dots(const uint16_t* X, int hc, int64_t D, const float* fn, const fl
   if (k1 <= k0) return;
   const simd::KernelTable* kt = simd::active_kernels();
   if (kt && fn_t) {  // same dot products, mixes in lanes
-    kt->hc_mix_dots(X, n, fn_t, hc_mix_count(hc), k0, k1, dots);
+    kt->hc_mix_dots(X, n, fn_t, k0, k1, dots);
     return;
   }
   for (int k = k0; k < k1; ++k) {

@@ -134,7 +134,7 @@ struct KernelTable {
   // The dot products of hc_mixes (hyper_connection.h) before the rms factor, for mixes [k0, k1)
   // from the projection transposed in blocks of mixes (hyper_connection.h): dots[k - k0] =
   // sum_t fn[k][t] * X[t] as the twin's sequential fp32 chain.
-  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn_t, int nmix, int k0, int k1, float* dots);
+  void (*hc_mix_dots)(const uint16_t* X, int64_t n, const float* fn_t, int k0, int k1, float* dots);
   // `iterations` rounds of independent fp32 FMA chains at the widest vectors of the level;
   // returns the flops done (2 per lane per FMA). The result lands in *sink (keeps it live).
   double (*fma_peak)(int64_t iterations, float* sink);
