@@ -113,7 +113,9 @@ const Shape kQuantizedShapes[] = {{1, 1, 32},   {1, 37, 96},   {1, 64, 256},   {
 const Shape kDenseShapes[] = {{1, 1, 1},     {1, 9, 3},     {1, 13, 16},   {1, 17, 21},  {1, 31, 130},
                               {2, 5, 7},     {3, 11, 33},   {4, 7, 64},    {5, 3, 45},   {7, 19, 100},
                               {17, 10, 77},  {33, 9, 258},  {130, 5, 31},  {1, 300, 1024}, {3, 16, 40},
-                              {2, 70, 129},  {2, 229, 37},  {1, 112, 64},  {1, 82, 18},  {3, 176, 11}};
+                              {2, 70, 129},  {2, 229, 37},  {1, 112, 64},  {1, 82, 18},  {3, 176, 11},
+                              // packed: bundles of 3, 2 and 1 full groups, then a partial group
+                              {2, 1000, 24}, {1, 768, 9},   {1, 1152, 5}};
 
 TEST(SimdGemm, Fp8MatchesTwinBitForBit) {
   const auto levels = supported_simd_levels();
@@ -441,7 +443,7 @@ TEST(SimdGemm, PackedBatchMatchesTwinsBitForBit) {
   std::mt19937 rng(9);
   ThreadPool pool(3);
   const int64_t M = 2;
-  const std::pair<int64_t, int64_t> shapes[] = {{229, 37}, {16, 40}, {5, 12}, {300, 64}, {128, 21}};
+  const std::pair<int64_t, int64_t> shapes[] = {{229, 37}, {16, 40}, {5, 12}, {300, 64}, {128, 21}, {1000, 9}, {640, 3}};
   std::vector<std::vector<uint16_t>> weights, blocks;
   std::vector<std::vector<float>> xs, twins;
   std::vector<PackedBf16Matrix> matrices;

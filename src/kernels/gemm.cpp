@@ -768,10 +768,15 @@ void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& 
 }
 
 void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64_t M, ThreadPool* pool) {
-  // Work items: each job's groups, then one item for its tail rows (N % 16, possibly none).
+  // Work items: each job's full groups kPackedStreamGroups at a time (the last bundle what is
+  // left), its partial group if any, then one item for its tail rows (N % 16, possibly none).
+  const auto bundles_of = [&](int j) {
+    const int64_t full = jobs[j].W.N / kPackedRows / kPackedGroupBlocks;
+    return (full + kPackedStreamGroups - 1) / kPackedStreamGroups;
+  };
   const auto items_of = [&](int j) {
     const int64_t NB = jobs[j].W.N / kPackedRows;
-    return (NB + kPackedGroupBlocks - 1) / kPackedGroupBlocks + 1;
+    return bundles_of(j) + (NB % kPackedGroupBlocks != 0 ? 1 : 0) + 1;
   };
   int64_t items = 0, work = 0;
   for (int j = 0; j < count; ++j) {
@@ -795,19 +800,25 @@ void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64
         }
       return;
     }
-    const PackedGroup pg = packed_group(NB, g);
+    // Item g < bundles: full groups [first, first + groups); else the partial group.
+    const int64_t bundles = bundles_of(j), full = NB / kPackedGroupBlocks;
+    const int64_t first = g < bundles ? g * kPackedStreamGroups : full;
+    const int groups = g < bundles ? int(std::min<int64_t>(kPackedStreamGroups, full - first)) : 1;
+    const PackedGroup pg = packed_group(NB, first);
     const int64_t row0 = pg.first_block * kPackedRows, rows = pg.width * kPackedRows;
-    const uint16_t* group = W.blocks + row0 * K;
     if (kt) {
-      kt->dense_packed_bf16(x, M, group, K, pg.width, y + row0, N);
+      kt->dense_packed_bf16(x, M, W.blocks + row0 * K, K, pg.width, groups, y + row0, N);
       return;
     }
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t r = 0; r < rows; ++r) {
-        float acc = 0.0f;  // the twin's chain: product rounded, then added
-        for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * bf16_to_f32(group[k * rows + r]);
-        y[m * N + row0 + r] = acc;
-      }
+    for (int i = 0; i < groups; ++i) {
+      const uint16_t* group = W.blocks + (row0 + i * rows) * K;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < rows; ++r) {
+          float acc = 0.0f;  // the twin's chain: product rounded, then added
+          for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * bf16_to_f32(group[k * rows + r]);
+          y[m * N + row0 + i * rows + r] = acc;
+        }
+    }
   };
   parallel_job_items(pool_for_work(pool, work), items, items_of, run_item);
 }

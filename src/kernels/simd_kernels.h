@@ -106,10 +106,11 @@ struct KernelTable {
                       int64_t n1, const DenseOutput& y);
   void (*dense_f32w)(const float* x, int64_t M, const float* W, int64_t K, int64_t n0, int64_t n1,
                      const DenseOutput& y);
-  // Packed bf16 dense (gemm.h PackedBf16Matrix): one group of `width` blocks (1-8) starting at
-  // `group`: y[m * y_stride + 16 i + j] for i < width, j < 16, m < M; x [M][K] fp32.
-  void (*dense_packed_bf16)(const float* x, int64_t M, const uint16_t* group, int64_t K, int width, float* y,
-                            int64_t y_stride);
+  // Packed bf16 dense (gemm.h PackedBf16Matrix): `groups` consecutive groups of `width` blocks
+  // (1-8; more than one group only of full ones, at most kPackedStreamGroups) starting at
+  // `group`: y[m * y_stride + 16 i + j] for i < groups * width, j < 16, m < M; x [M][K] fp32.
+  void (*dense_packed_bf16)(const float* x, int64_t M, const uint16_t* group, int64_t K, int width, int groups,
+                            float* y, int64_t y_stride);
   // Block-scaled GEMMs (gemm.h, §3.3): bf16 y[m * y_stride + n] for m < M, n in [n0, n1).
   void (*fp8)(const Fp8Activations& x, int64_t M, const Fp8Matrix& W, int64_t n0, int64_t n1,
               uint16_t* y, int64_t y_stride);
