@@ -45,7 +45,7 @@ TEST(Int8RowDots, EveryLevelEqualsTheScalarTwin) {
   std::mt19937 rng(11);
   int cases = 0;
   for (int64_t K : {0, 64, 128, 192, 256, 320, 1024, 1088})
-    for (int64_t n : {1, 2, 3, 4, 5, 17})
+    for (int64_t n : {1, 2, 3, 4, 5, 9, 17})  // rows in three parts side by side, and what is left
       for (int64_t vectors : {1, 2, 3, 4, 5, 9}) {  // groups of up to four, and what is left
         if (vectors > 1 && n > 5 && K > 320) continue;
         std::vector<int8_t> x(static_cast<size_t>(vectors * K)), rows(static_cast<size_t>(n * K));
