@@ -114,8 +114,9 @@ const Shape kDenseShapes[] = {{1, 1, 1},     {1, 9, 3},     {1, 13, 16},   {1, 1
                               {2, 5, 7},     {3, 11, 33},   {4, 7, 64},    {5, 3, 45},   {7, 19, 100},
                               {17, 10, 77},  {33, 9, 258},  {130, 5, 31},  {1, 300, 1024}, {3, 16, 40},
                               {2, 70, 129},  {2, 229, 37},  {1, 112, 64},  {1, 82, 18},  {3, 176, 11},
-                              // packed: bundles of 3, 2 and 1 full groups, then a partial group
-                              {2, 1000, 24}, {1, 768, 9},   {1, 1152, 5}};
+                              // packed: bundles of 3, 2 and 1 full groups (one row: read side by
+                              // side; two: one group at a time), then a partial group
+                              {2, 1000, 24}, {1, 1000, 24}, {1, 640, 7},   {1, 1152, 5},  {1, 520, 6}};
 
 TEST(SimdGemm, Fp8MatchesTwinBitForBit) {
   const auto levels = supported_simd_levels();

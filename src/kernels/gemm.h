@@ -81,10 +81,11 @@ void linear_f32_wbf16(const float* x, int64_t M, const uint16_t* W, int64_t N, i
 // step's bytes on small models). Results are bit-identical to linear_f32_wbf16.
 inline constexpr int64_t kPackedRows = 16;
 inline constexpr int64_t kPackedGroupBlocks = 8;
-// Full groups are read kPackedStreamGroups at a time, interleaved in one pass over k: one core
-// keeps more lines in flight with several forward streams than with one (a 2-vCPU Xeon KVM
-// guest, the small preset's 129280 x 1024 head: two cores 17.5-18.6 -> 22.8-24.2 GB/s, one core
-// 9.4-10.7 -> 12.3-15.3; two groups at a time 17.1-23.0 and 11.8-15.2).
+// At one activation row (decode), full groups are read kPackedStreamGroups at a time,
+// interleaved in one pass over k: one core keeps more lines in flight with several forward
+// streams than with one (a 2-vCPU Xeon KVM guest, the small preset's 129280 x 1024 head: two
+// cores 17.5-18.6 -> 22.8-24.2 GB/s, one core 9.4-10.7 -> 12.3-15.3; two groups at a time
+// 17.1-23.0 and 11.8-15.2).
 inline constexpr int kPackedStreamGroups = 3;
 struct PackedBf16Matrix {
   const uint16_t* blocks = nullptr;  // (N / 16) * K * 16 values
