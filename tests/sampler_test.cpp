@@ -12,7 +12,10 @@
 
 #include "base/error.h"
 #include "base/hash.h"
+#include "kernels/gumbel_draw.h"
+#include "kernels/simd_level.h"
 #include "kernels/vector_exp.h"
+#include "simd_levels.h"
 
 namespace ds41 {
 namespace {
@@ -345,11 +348,10 @@ std::vector<float> reference_distribution(const std::vector<float>& l, const Sam
   return p;
 }
 
-// argmax of p / Exponential(1) with the sampler's generator (runtime/sampler.cpp's key), every
-// token's logarithm taken.
-int32_t reference_draw(const std::vector<float>& p, uint64_t seed, uint64_t step, uint64_t stream) {
-  const uint64_t key = splitmix64(seed ^ splitmix64(step) ^ (stream ? splitmix64(~stream) : 0));
-  int32_t best = -1;
+// argmax of p / Exponential(1) with the sampler's generator keyed by `key`, every token's
+// logarithm taken.
+int64_t all_logs_argmax(const std::vector<float>& p, uint64_t key) {
+  int64_t best = -1;
   float best_v = -1.f;
   for (size_t i = 0; i < p.size(); ++i) {
     if (!(p[i] > 0.f)) continue;
@@ -357,10 +359,15 @@ int32_t reference_draw(const std::vector<float>& p, uint64_t seed, uint64_t step
     const float v = p[i] / float(-std::log(u));
     if (v > best_v) {
       best_v = v;
-      best = int32_t(i);
+      best = int64_t(i);
     }
   }
   return best;
+}
+
+// The draw with runtime/sampler.cpp's key.
+int32_t reference_draw(const std::vector<float>& p, uint64_t seed, uint64_t step, uint64_t stream) {
+  return int32_t(all_logs_argmax(p, splitmix64(seed ^ splitmix64(step) ^ (stream ? splitmix64(~stream) : 0))));
 }
 
 uint32_t float_bits(float v) {
@@ -428,6 +435,50 @@ TEST(Sampler, DistributionsAndDrawsAreThePlainPipelinesBitForBit) {
       }
     }
   }
+}
+
+// The Gumbel draw at every SIMD level against its scalar twin (index, value bits, NaN flag) and
+// against the all-logarithms draw, over ragged lengths and distributions that exercise the skip
+// test: zeros, negatives and NaNs among the weights, rising weights (the best changes inside a
+// vector of eight), one dominant token, flat and tiny weights.
+TEST(Sampler, GumbelDrawKernelsAreTheTwinBitForBit) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  const auto levels = supported_simd_levels();
+  int compared = 0;
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 100, 1000, 129280}) {
+    for (int shape = 0; shape < 7; ++shape) {
+      std::vector<float> p(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const float r = unit(rng);
+        switch (shape) {
+          case 0: p[size_t(i)] = r; break;
+          case 1: p[size_t(i)] = r < 0.5f ? 0.f : r; break;                       // half zero
+          case 2: p[size_t(i)] = r < 0.2f ? -r : r < 0.25f ? NAN : r; break;     // negatives, NaNs
+          case 3: p[size_t(i)] = float(i + 1); break;                             // rising
+          case 4: p[size_t(i)] = i == n / 3 ? 1000.f : r * 1e-3f; break;          // one dominant
+          case 5: p[size_t(i)] = 0.25f; break;                                    // flat (ties of p)
+          default: p[size_t(i)] = r * 1e-38f; break;                              // tiny, some subnormal
+        }
+      }
+      for (uint64_t key : {uint64_t{0}, uint64_t{1}, uint64_t{0x9e3779b97f4a7c15ull}, uint64_t{rng()} << 32 | rng()}) {
+        const GumbelBest want = gumbel_argmax_reference(p.data(), n, key);
+        const bool has_nan = std::any_of(p.begin(), p.end(), [](float v) { return v != v; });
+        ASSERT_EQ(want.index, all_logs_argmax(p, key)) << "n " << n << " shape " << shape;
+        ASSERT_EQ(want.nan, has_nan);
+        for (SimdLevel l : levels) {
+          ScopedSimdLevel level(l);
+          const GumbelBest got = gumbel_argmax(p.data(), n, key);
+          ASSERT_EQ(got.index, want.index) << simd_level_name(l) << " n " << n << " shape " << shape << " key " << key;
+          ASSERT_EQ(float_bits(got.value), float_bits(want.value)) << simd_level_name(l) << " n " << n << " shape " << shape;
+          ASSERT_EQ(got.nan, want.nan) << simd_level_name(l) << " n " << n << " shape " << shape;
+          ++compared;
+        }
+      }
+    }
+  }
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU: the twin alone was checked";
+  EXPECT_GT(compared, 0);
 }
 
 TEST(Sampler, NonFiniteLogitsGiveANaNDistributionThatCannotBeDrawn) {

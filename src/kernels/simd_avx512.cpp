@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/gumbel_draw.h"
 #include "kernels/hyper_connection.h"
 #include "kernels/int8_dot.h"
 #include "kernels/numeric_formats.h"
@@ -43,6 +44,7 @@ namespace ds41::simd::avx512 {
 #include "kernels/simd_softmax.inc"
 #include "kernels/simd_fp8_decode.inc"
 #include "kernels/simd_amx.inc"
+#include "kernels/simd_draw.inc"
 
 extern const KernelTable kTable, kTableVbmi, kTableAmx;
 constexpr KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,     dense_packed_bf16,
@@ -52,7 +54,7 @@ constexpr KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,
                                 mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
                                 nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd,
                                 transpose_u16,      int8_quantize_bf16_row_simd, dense_packed_fp8,
-                                nullptr};
+                                nullptr,            gumbel_argmax_simd};
 // The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
 constexpr KernelTable kTableVbmi = [] {
   KernelTable t = kTable;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/gemm.h"
+#include "kernels/gumbel_draw.h"
 #include "kernels/int8_dot.h"
 #include "kernels/simd_level.h"
 
@@ -168,6 +169,8 @@ struct KernelTable {
   // Row r of Fp8Activations::amx (at fp8_amx_row_offset) from its E4M3 codes (K % 32 == 0);
   // nullptr on levels whose fp8 kernel does not read it.
   void (*prepare_fp8_amx)(const uint8_t* codes, int64_t K, int8_t* out);
+  // gumbel_argmax (gumbel_draw.h); nullptr on levels without 64-bit lane multiplies (AVX2).
+  GumbelBest (*gumbel_argmax)(const float* p, int64_t n, uint64_t key);
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/hash.h"
+#include "kernels/gumbel_draw.h"
 #include "kernels/softmax_exp.h"
 
 namespace ds41 {
@@ -271,34 +272,11 @@ uint64_t draw_key(uint64_t seed, uint64_t step, uint64_t stream) {
 }  // namespace
 
 int32_t Sampler::draw(const std::vector<float>& probs, uint64_t step, uint64_t stream) const {
-  const uint64_t key = draw_key(opt_.seed, step, stream);
-  int64_t best = -1;
-  float best_v = -1.f;
-  bool nan = false;
-  for (size_t i = 0; i < probs.size(); ++i) {
-    const float q = probs[i];
-    if (!(q > 0.f)) {  // zero, negative or NaN: never drawn
-      nan = nan || q != q;
-      continue;
-    }
-    const double u = (double(splitmix64(key ^ uint64_t(i)) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
-    // Most tokens cannot beat the best so far, and knowing it needs no logarithm: -log(u) >= 1 - u,
-    // so q / e <= best_v once (1 - u) * best_v reaches q. The factor 1 - 2^-20 covers the roundings
-    // (1 - u is exact; the log and the float conversion lose less than 2^-23 relative, the two
-    // products 2^-52), so a token skipped here is one the division below would not have taken:
-    // the draw is the same, with a few dozen logarithms instead of one per token.
-    if (best_v > 0.f && (1.0 - u) * double(best_v) * (1.0 - 0x1p-20) >= double(q)) continue;
-    const float e = float(-std::log(u));  // Exponential(1)
-    const float v = q / e;
-    if (v > best_v) {
-      best_v = v;
-      best = int64_t(i);
-    }
-  }
-  if (best < 0)
-    throw Error(nan ? "sampler: the distribution is NaN (a logit was NaN or infinite, or every logit -inf)"
-                    : "sampler: cannot draw from an all-zero distribution");
-  return int32_t(best);
+  const GumbelBest best = gumbel_argmax(probs.data(), int64_t(probs.size()), draw_key(opt_.seed, step, stream));
+  if (best.index < 0)
+    throw Error(best.nan ? "sampler: the distribution is NaN (a logit was NaN or infinite, or every logit -inf)"
+                         : "sampler: cannot draw from an all-zero distribution");
+  return int32_t(best.index);
 }
 
 double Sampler::uniform(uint64_t step, uint64_t stream) const {

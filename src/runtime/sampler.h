@@ -18,7 +18,7 @@
 //   5. the draw is the reference's Gumbel-max form (spec backbone.md §10): argmax(probs / E) with
 //      E ~ Exponential(1) i.i.d. per token, equivalent to a multinomial draw, from our own
 //      counter-based generator keyed by (seed, step), so a draw never depends on how many draws
-//      came before (speculative decoding and batching change that count).
+//      came before (speculative decoding and batching change that count); kernels/gumbel_draw.h.
 // `distribution()` exposes the exact distribution step 5 draws from, which lossless rejection
 // sampling (speculative decoding) needs for both the draft and the target.
 #pragma once
