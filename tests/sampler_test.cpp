@@ -445,7 +445,6 @@ TEST(Sampler, GumbelDrawKernelsAreTheTwinBitForBit) {
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> unit(0.f, 1.f);
   const auto levels = supported_simd_levels();
-  int compared = 0;
   for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 100, 1000, 129280}) {
     for (int shape = 0; shape < 7; ++shape) {
       std::vector<float> p(static_cast<size_t>(n));
@@ -472,13 +471,11 @@ TEST(Sampler, GumbelDrawKernelsAreTheTwinBitForBit) {
           ASSERT_EQ(got.index, want.index) << simd_level_name(l) << " n " << n << " shape " << shape << " key " << key;
           ASSERT_EQ(float_bits(got.value), float_bits(want.value)) << simd_level_name(l) << " n " << n << " shape " << shape;
           ASSERT_EQ(got.nan, want.nan) << simd_level_name(l) << " n " << n << " shape " << shape;
-          ++compared;
         }
       }
     }
   }
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU: the twin alone was checked";
-  EXPECT_GT(compared, 0);
 }
 
 TEST(Sampler, NonFiniteLogitsGiveANaNDistributionThatCannotBeDrawn) {

@@ -11,14 +11,7 @@ GumbelBest gumbel_argmax(const float* p, int64_t n, uint64_t key) {
 
 GumbelBest gumbel_argmax_reference(const float* p, int64_t n, uint64_t key) {
   GumbelBest best;
-  for (int64_t i = 0; i < n; ++i) {
-    const float q = p[i];
-    if (!(q > 0.f)) {  // zero, negative or NaN: never drawn
-      best.nan = best.nan || q != q;
-      continue;
-    }
-    gumbel_consider(q, gumbel_uniform(key, i), i, best);
-  }
+  gumbel_scan(p, 0, n, key, best);
   return best;
 }
 

@@ -45,4 +45,16 @@ inline void gumbel_consider(float q, double u, int64_t i, GumbelBest& best) {
   }
 }
 
+// Tokens [i0, n) one at a time onto `best`: the twin's loop, and the SIMD kernel's tail.
+inline void gumbel_scan(const float* p, int64_t i0, int64_t n, uint64_t key, GumbelBest& best) {
+  for (int64_t i = i0; i < n; ++i) {
+    const float q = p[i];
+    if (!(q > 0.f)) {  // zero, negative or NaN: never drawn
+      best.nan = best.nan || q != q;
+      continue;
+    }
+    gumbel_consider(q, gumbel_uniform(key, i), i, best);
+  }
+}
+
 }  // namespace ds41
