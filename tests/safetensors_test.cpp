@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "io/safetensors_writer.h"
+#include "proc_maps.h"
 
 namespace ds41 {
 namespace {
@@ -165,6 +166,36 @@ TEST_F(SafetensorsTest, SingleFileRoundTrip) {
     EXPECT_EQ(fs::path(s.root()), fs::path(dir_));
     expect_pattern(s.get("fp8"), 3);
   }
+}
+
+// The file is mapped with offset 0 at a 2 MiB boundary (so huge page-cache folios can be mapped
+// whole), read-only, the tensors read back right, and the whole of it is unmapped on close.
+TEST_F(SafetensorsTest, MappingStartsOnAHugePageBoundary) {
+  std::string p = path("model.safetensors");
+  // Over 2 MiB of data, so that the mapping has whole 2 MiB stretches.
+  write_safetensors(p, {pattern_tensor("big", DType::BF16, {1536, 1024}, 7), pattern_tensor("small", DType::F32, {3}, 8)},
+                    {});
+  const uint8_t* big_begin = nullptr;
+  const uint8_t* big_last = nullptr;
+  {
+    SafetensorsFile f(p);
+    const TensorInfo& big = *f.find("big");
+    expect_pattern(big, 7);
+    expect_pattern(*f.find("small"), 8);
+    big_begin = big.data;
+    big_last = big.data + big.nbytes - 1;
+    for (const uint8_t* a : {big_begin, big_last}) {
+      const auto region = test::region_containing(a);
+      ASSERT_TRUE(region.has_value());
+      EXPECT_EQ((region->begin - region->file_offset) % (uintptr_t(2) << 20), 0u)
+          << std::hex << region->begin << " maps file offset " << region->file_offset;
+      EXPECT_TRUE(region->has_flag("rd"));
+      EXPECT_FALSE(region->has_flag("wr"));
+      EXPECT_TRUE(region->has_flag("ms"));  // MAP_SHARED: the page cache itself, not a private copy
+    }
+  }
+  EXPECT_FALSE(test::region_containing(big_begin).has_value());
+  EXPECT_FALSE(test::region_containing(big_last).has_value());
 }
 
 TEST_F(SafetensorsTest, HeaderLayoutMatchesReference) {

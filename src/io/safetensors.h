@@ -86,6 +86,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t file_siz
                                            const std::string& file_label);
 
 // One memory-mapped .safetensors file. The mapping lives as long as the object (moves keep it).
+// It starts at a 2 MiB-aligned address (file offset 0 there), so huge page-cache folios can be
+// mapped whole where madvise(MADV_HUGEPAGE) asks for them (model/weights.h).
 // Note: if another process truncates the file while it is mapped, touching the lost pages raises
 // SIGBUS; that cannot be detected up front and is outside what a reader can guard against.
 class SafetensorsFile {

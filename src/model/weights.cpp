@@ -97,6 +97,7 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
   const int vision_layers = config.vision_n_layers;
   ModelWeights w;
   w.store = store;
+  advise_model_weights(*store);  // before the first read below: the hints decide the folio sizes
   Loader L(*store, w);
   w.embed = L.bf16("embed.weight");
   w.head = L.bf16("head.weight");
@@ -107,6 +108,7 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     auto& buf = L.own(size_t((N / kPackedRows) * K * kPackedRows) * 2);
     pack_bf16_rows(w.head, N, K, reinterpret_cast<uint16_t*>(buf.data()), nullptr);
     w.head_packed = PackedBf16Matrix{reinterpret_cast<const uint16_t*>(buf.data()), w.head, N, K};
+    advise(t.data, t.nbytes, MADV_DONTNEED);  // read through the packed copy (only its tail rows here)
   }
   w.norm = L.bf16("norm.weight");
   int64_t layers_done = 0;
@@ -237,7 +239,6 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     v.image_end = L.bf16("image_end");
     v.image_newline = L.bf16("image_newline");
   }
-  advise_model_weights(w);
   return w;
 }
 
@@ -248,17 +249,12 @@ WeightUse weight_use(const std::string& name) {
   return WeightUse::Always;
 }
 
-void advise_model_weights(const ModelWeights& w) {
-  if (w.store)
-    for (const TensorInfo& t : w.store->tensors()) {
-      if (t.name == "head.weight" && w.head_packed.blocks) {
-        advise(t.data, t.nbytes, MADV_DONTNEED);  // read through the packed copy (only its tail rows here)
-        continue;
-      }
-      const WeightUse use = weight_use(t.name);
-      if (use == WeightUse::Always) advise(t.data, t.nbytes, MADV_WILLNEED);
-      else if (use == WeightUse::Embedding) advise(t.data, t.nbytes, MADV_RANDOM);
-    }
+void advise_model_weights(const TensorStore& store) {
+  for (const TensorInfo& t : store.tensors()) {
+    const WeightUse use = weight_use(t.name);
+    if (use == WeightUse::Always || use == WeightUse::RoutedExpert) advise(t.data, t.nbytes, MADV_HUGEPAGE);
+    else if (use == WeightUse::Embedding) advise(t.data, t.nbytes, MADV_RANDOM);
+  }
 }
 
 int64_t lock_model_weights(const ModelWeights& w) {

@@ -131,7 +131,8 @@ struct ModelWeights {
 // Opens nothing itself: `store` must already be checked against the catalogue.
 // `on_layer(done, total)` is called before each plan layer is prepared (progress display). The
 // vision tower's tensors are loaded when the config has vision layers.
-// Applies the residency hints of advise_model_weights.
+// Applies the residency hints of advise_model_weights, and MADV_DONTNEED on the head's mapping
+// once it is packed.
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& config, const ModelPlan& plan,
                                 const std::function<void(int64_t, int64_t)>& on_layer = {});
 
@@ -141,13 +142,18 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
 enum class WeightUse { Always, RoutedExpert, EngramTable, Embedding };
 WeightUse weight_use(const std::string& tensor_name);
 
-// madvise hints, applied at load: MADV_WILLNEED on the tensors every token reads (the kernel
-// starts paging them in at once, asynchronously), nothing on routed experts (read whole when
-// used: default read-ahead; a checkpoint larger than RAM pages them in and out on demand),
-// MADV_RANDOM on Engram tables (set where they are loaded) and the embedding. (The buffers
+// madvise hints, applied at load before any tensor is read: MADV_HUGEPAGE on the tensors every token reads and on the
+// routed experts (both are read whole, front to back), MADV_RANDOM on Engram tables (set where
+// they are loaded) and the embedding. MADV_HUGEPAGE makes a page fault read 2 MiB page-cache
+// folios (plus 2 MiB ahead) and map each with one page-table entry, the shard mapping being
+// 2 MiB-aligned (io/safetensors.h): decode then misses the TLB once per 2 MiB of weights instead
+// of once per 4 KiB. No MADV_WILLNEED: its read-ahead fills the page cache with 4 KiB folios,
+// which the kernel then maps 4 KiB at a time for as long as they stay cached. Hash-random rows
+// get no huge pages: a 2 MiB read per 256-byte Engram row would multiply what an SSD-streamed table
+// costs. A checkpoint larger than RAM still pages experts in and out on demand. (The buffers
 // materialised at load are advised MADV_HUGEPAGE when allocated, base/byte_buffer.h.) Advisory:
 // failures are ignored.
-void advise_model_weights(const ModelWeights& w);
+void advise_model_weights(const TensorStore& store);
 
 // mlock(2) of the mapped tensors every token reads and of the routed experts (not the Engram
 // tables, whose touched rows are few and which can be far larger than RAM). Returns the bytes

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "test_paths.h"
 #include "../tiny_model.h"
 #include "test_command.h"
+#include "proc_maps.h"
 
 namespace ds41 {
 namespace {
@@ -220,6 +222,29 @@ TEST(WeightResidency, ClassifiesTensorsByUse) {
   EXPECT_EQ(weight_use("layers.1.engram.wkv.weight"), WeightUse::Always);
   EXPECT_EQ(weight_use("embed.weight"), WeightUse::Embedding);
   EXPECT_EQ(weight_use("head.weight"), WeightUse::Always);
+}
+
+// The weights read front to back (every token's, the routed experts) are in MADV_HUGEPAGE
+// mappings; the ones read at hash-random rows (embedding, Engram tables) are MADV_RANDOM and
+// not huge. Checked in the middle of the largest tensor of each kind, away from pages shared
+// with a neighbour.
+TEST(WeightResidency, HugePagesForStreamedWeightsOnly) {
+  if (!test::kernel_has_transparent_huge_pages()) GTEST_SKIP() << "no transparent huge pages in this kernel";
+  auto model = Model::load(test::tiny_model_dir(true));
+  std::map<WeightUse, const TensorInfo*> largest;
+  for (const TensorInfo& t : model->weights().store->tensors()) {
+    const TensorInfo*& l = largest[weight_use(t.name)];
+    if (!l || t.nbytes > l->nbytes) l = &t;
+  }
+  ASSERT_EQ(largest.size(), 4u);
+  for (const auto& [use, t] : largest) {
+    SCOPED_TRACE(t->name);
+    const auto region = test::region_containing(t->data + t->nbytes / 2);
+    ASSERT_TRUE(region.has_value());
+    const bool streamed = use == WeightUse::Always || use == WeightUse::RoutedExpert;
+    EXPECT_EQ(region->has_flag("hg"), streamed) << region->flags;
+    EXPECT_EQ(region->has_flag("rr"), !streamed) << region->flags;
+  }
 }
 
 int64_t locked_kib() {
