@@ -184,6 +184,37 @@ TEST(SimdAttention, IndexerScoresMatchTwinBitForBit) {
   }
 }
 
+// The sum over heads is sequential (h ascending): heads whose terms are +B, -B, 1, 1 in turn
+// (B = 2^30: what was summed before a +B is lost in it) sum to 2 in that order and to other
+// values in most others (descending: 0). A key with -1 at d = 0 has every dot negative (score 0).
+TEST(SimdAttention, IndexerScoresSumHeadsInOrder) {
+  const auto levels = supported_simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(21);
+  for (int NH : {4, 8, 12, 32}) {
+    const int64_t IH = 16, count = 21;
+    std::vector<uint16_t> q(static_cast<size_t>(NH * IH), 0), w(static_cast<size_t>(NH));
+    for (int h = 0; h < NH; ++h) {
+      q[size_t(h * IH)] = f32_to_bf16(h % 4 < 2 ? 0x1p30f : 1.0f);
+      w[size_t(h)] = f32_to_bf16(h % 4 == 1 ? -1.0f : 1.0f);
+    }
+    std::vector<uint16_t> keys = random_bf16(rng, count * IH, 1.0f);
+    for (int64_t t = 0; t < count; ++t) keys[size_t(t * IH)] = f32_to_bf16(t % 5 == 3 ? -1.0f : 1.0f);
+    std::vector<float> twin(static_cast<size_t>(count)), fast(static_cast<size_t>(count));
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      indexer_scores(q.data(), w.data(), NH, IH, keys.data(), count, twin.data());
+    }
+    for (int64_t t = 0; t < count; ++t)  // the closed form
+      EXPECT_EQ(twin[size_t(t)], t % 5 == 3 ? 0.0f : 2.0f) << "NH=" << NH << " key " << t;
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      indexer_scores(q.data(), w.data(), NH, IH, keys.data(), count, fast.data());
+      EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " NH=" << NH;
+    }
+  }
+}
+
 TEST(SimdAttention, HcMixesMatchTwinBitForBit) {
   const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
