@@ -249,11 +249,24 @@ WeightUse weight_use(const std::string& name) {
   return WeightUse::Always;
 }
 
+bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
+  return streamed_bytes <= ram_bytes / 2 || expert_tensor_bytes >= (int64_t(4) << 20);
+}
+
 void advise_model_weights(const TensorStore& store) {
+  int64_t streamed = 0;
   for (const TensorInfo& t : store.tensors()) {
     const WeightUse use = weight_use(t.name);
-    if (use == WeightUse::Always || use == WeightUse::RoutedExpert) advise(t.data, t.nbytes, MADV_HUGEPAGE);
-    else if (use == WeightUse::Embedding) advise(t.data, t.nbytes, MADV_RANDOM);
+    if (use == WeightUse::Always || use == WeightUse::RoutedExpert) streamed += int64_t(t.nbytes);
+  }
+  const int64_t ram = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  for (const TensorInfo& t : store.tensors()) {
+    const WeightUse use = weight_use(t.name);
+    if (use == WeightUse::Always ||
+        (use == WeightUse::RoutedExpert && routed_expert_huge_pages(int64_t(t.nbytes), streamed, ram)))
+      advise(t.data, t.nbytes, MADV_HUGEPAGE);
+    else if (use == WeightUse::Embedding)
+      advise(t.data, t.nbytes, MADV_RANDOM);
   }
 }
 

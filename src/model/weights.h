@@ -142,18 +142,24 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
 enum class WeightUse { Always, RoutedExpert, EngramTable, Embedding };
 WeightUse weight_use(const std::string& tensor_name);
 
-// madvise hints, applied at load before any tensor is read: MADV_HUGEPAGE on the tensors every token reads and on the
-// routed experts (both are read whole, front to back), MADV_RANDOM on Engram tables (set where
-// they are loaded) and the embedding. MADV_HUGEPAGE makes a page fault read 2 MiB page-cache
-// folios (plus 2 MiB ahead) and map each with one page-table entry, the shard mapping being
-// 2 MiB-aligned (io/safetensors.h): decode then misses the TLB once per 2 MiB of weights instead
-// of once per 4 KiB. No MADV_WILLNEED: its read-ahead fills the page cache with 4 KiB folios,
-// which the kernel then maps 4 KiB at a time for as long as they stay cached. Hash-random rows
-// get no huge pages: a 2 MiB read per 256-byte Engram row would multiply what an SSD-streamed table
-// costs. A checkpoint larger than RAM still pages experts in and out on demand. (The buffers
-// materialised at load are advised MADV_HUGEPAGE when allocated, base/byte_buffer.h.) Advisory:
-// failures are ignored.
+// madvise hints, applied at load before any tensor is read: MADV_HUGEPAGE on the tensors every
+// token reads and on the routed experts (see below), MADV_RANDOM on Engram tables (set where they
+// are loaded) and the embedding. MADV_HUGEPAGE makes a page fault read 2 MiB page-cache folios
+// (plus 2 MiB ahead) and map each with one page-table entry, the shard mapping being 2 MiB-aligned
+// (io/safetensors.h): decode then misses the TLB once per 2 MiB of weights instead of once per
+// 4 KiB. No MADV_WILLNEED: its read-ahead fills the page cache with 4 KiB folios, which the
+// kernel then maps 4 KiB at a time for as long as they stay cached. Hash-random rows get no huge
+// pages: a 2 MiB read per 256-byte Engram row would multiply what an SSD-streamed table costs.
+// (The buffers materialised at load are advised MADV_HUGEPAGE when allocated,
+// base/byte_buffer.h.) Advisory: failures are ignored.
 void advise_model_weights(const TensorStore& store);
+
+// Whether routed experts get MADV_HUGEPAGE: when every tensor read whole (every token's and the
+// experts, `streamed_bytes`) fits in half the machine's RAM, each is read from disk once and huge
+// pages only save TLB misses; when it does not, experts are paged in and out as the router picks
+// them, and a fault reading 4 MiB for a smaller expert tensor would multiply the disk traffic -
+// so then only expert tensors of at least 4 MiB (the released model's: 5.9 MB) get them.
+bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_bytes, int64_t ram_bytes);
 
 // mlock(2) of the mapped tensors every token reads and of the routed experts (not the Engram
 // tables, whose touched rows are few and which can be far larger than RAM). Returns the bytes

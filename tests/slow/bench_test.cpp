@@ -247,6 +247,16 @@ TEST(WeightResidency, HugePagesForStreamedWeightsOnly) {
   }
 }
 
+TEST(WeightResidency, RoutedExpertsGetHugePagesWhenTheyStayOrAreLarge) {
+  const int64_t GiB = int64_t(1) << 30, MiB = int64_t(1) << 20;
+  EXPECT_TRUE(routed_expert_huge_pages(262144, 1 * GiB, 24 * GiB));      // fits: read once
+  EXPECT_TRUE(routed_expert_huge_pages(262144, 12 * GiB, 24 * GiB));     // half of RAM still fits
+  EXPECT_FALSE(routed_expert_huge_pages(262144, 31 * GiB, 24 * GiB));    // paged in and out: 4 KiB reads
+  EXPECT_FALSE(routed_expert_huge_pages(4 * MiB - 1, 31 * GiB, 24 * GiB));
+  EXPECT_TRUE(routed_expert_huge_pages(4 * MiB, 31 * GiB, 24 * GiB));    // large enough for 2 MiB reads
+  EXPECT_TRUE(routed_expert_huge_pages(5898240, 300 * GiB, 128 * GiB));  // the released model's w1
+}
+
 int64_t locked_kib() {
   std::ifstream f("/proc/self/status");
   std::string line;
