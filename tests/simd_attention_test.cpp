@@ -382,9 +382,9 @@ TEST(SimdAttention, CacheDequantizersMatchTwinBitForBit) {
   }
 }
 
-// MXFP4 with every scale code as a block's scale (the byte-lookup path takes codes 2..252, the
-// fp32 path the others: 2^-127 and 2^-126 give subnormals, 253 and 254 overflow, 255 is NaN),
-// each block holding every FP4 code at every nibble position, in one call over all the blocks.
+// MXFP4 with every scale code as a block's scale (the lookup paths take codes 2..252, the fp32
+// path the others: 2^-127 and 2^-126 give subnormals, 253 and 254 overflow, 255 is NaN), each
+// block holding every FP4 code at every nibble position, in one call over the blocks.
 TEST(SimdAttention, Mxfp4DequantEveryScaleAndCodeMatchesTwin) {
   const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
@@ -402,11 +402,45 @@ TEST(SimdAttention, Mxfp4DequantEveryScaleAndCodeMatchesTwin) {
   }
   for (SimdLevel l : levels) {
     ScopedSimdLevel level(l);
-    std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
-    mxfp4_dequant_row(packed.data(), e8m0.data(), K, fast.data());
-    for (int64_t i = 0; i < K; ++i)
-      ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " scale code " << (i / 32) % 256
-                                                  << " value " << i % 32;
+    // All the blocks, then all but the first (the AVX-512 kernel pairs blocks: other pairs, an odd
+    // block at the end).
+    for (const int64_t skip : {int64_t{0}, int64_t{1}}) {
+      std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
+      mxfp4_dequant_row(packed.data() + skip * 16, e8m0.data() + skip, K - skip * 32, fast.data() + skip * 32);
+      for (int64_t i = skip * 32; i < K; ++i)
+        ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " scale code " << (i / 32) % 256
+                                                    << " value " << i % 32 << " skip " << skip;
+    }
+  }
+}
+
+// NVFP4 with every E4M3 scale code (subnormal, negative, NaN at 0x7f and 0xff) as a block's
+// scale, each block holding every FP4 code, in calls over an even and an odd number of blocks
+// (the AVX-512 kernel takes blocks two at a time).
+TEST(SimdAttention, Nvfp4DequantEveryScaleAndCodeMatchesTwin) {
+  const auto levels = supported_simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  for (const int64_t blocks : {int64_t{256}, int64_t{255}, int64_t{1}}) {
+    const int64_t K = 16 * blocks;
+    std::vector<uint8_t> packed(static_cast<size_t>(K / 2)), scales(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) {
+      scales[size_t(b)] = uint8_t(blocks == 1 ? 0x7f : b);
+      for (int i = 0; i < 8; ++i)  // byte i: codes 2i and 2i + 1, turned by the block index
+        packed[size_t(b * 8 + i)] = uint8_t(((2 * i + b) % 16) | (((2 * i + 1 + 3 * b) % 16) << 4));
+    }
+    std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      nvfp4_dequant_row(packed.data(), scales.data(), K, twin.data());
+    }
+    for (SimdLevel l : levels) {
+      ScopedSimdLevel level(l);
+      std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
+      nvfp4_dequant_row(packed.data(), scales.data(), K, fast.data());
+      for (int64_t i = 0; i < K; ++i)
+        ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " blocks " << blocks << " scale code "
+                                                    << int(scales[size_t(i / 16)]) << " value " << i % 16;
+    }
   }
 }
 
