@@ -414,6 +414,33 @@ TEST(SimdAttention, Mxfp4DequantEveryScaleAndCodeMatchesTwin) {
   }
 }
 
+// FP8 with every E8M0 scale code as a block's scale (the AVX-512 lookup takes codes 10..246 -
+// products normal in bf16 - the fp32 path the others: subnormal and overflowing products, NaN
+// scale 255) and every E4M3 code (zeros, subnormals, 448, NaN 0x7f and 0xff) under each.
+TEST(SimdAttention, Fp8DequantEveryScaleAndCodeMatchesTwin) {
+  const auto levels = supported_simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  const int64_t blocks = 256 * 8, K = 32 * blocks;  // block 8 sc + q: codes 32 q .. 32 q + 31, scale sc
+  std::vector<uint8_t> codes(static_cast<size_t>(K)), e8m0(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) {
+    e8m0[size_t(b)] = uint8_t(b / 8);
+    for (int i = 0; i < 32; ++i) codes[size_t(b * 32 + i)] = uint8_t((b % 8) * 32 + (i * 7 + b) % 32);
+  }
+  std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+  {
+    ScopedSimdLevel scalar(SimdLevel::Scalar);
+    fp8_dequant_row(codes.data(), e8m0.data(), K, twin.data());
+  }
+  for (SimdLevel l : levels) {
+    ScopedSimdLevel level(l);
+    std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
+    fp8_dequant_row(codes.data(), e8m0.data(), K, fast.data());
+    for (int64_t i = 0; i < K; ++i)
+      ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " scale code " << int(e8m0[size_t(i / 32)])
+                                                  << " code " << int(codes[size_t(i)]);
+  }
+}
+
 // NVFP4 with every E4M3 scale code (subnormal, negative, NaN at 0x7f and 0xff) as a block's
 // scale, each block holding every FP4 code, in calls over an even and an odd number of blocks
 // (the AVX-512 kernel takes blocks two at a time).
