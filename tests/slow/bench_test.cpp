@@ -192,6 +192,19 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_NEAR(g["fp8"]["seconds"].get<double>() + g["fp4"]["seconds"].get<double>(), g["seconds"].get<double>(),
                 1e-12);
   }
+  {
+    // Huge-page diagnostics: the bytes of the tensors read whole, from the checkpoint itself.
+    const TensorStore store = TensorStore::open(dir);
+    int64_t streamed = 0;
+    for (const TensorInfo& t : store.tensors())
+      if (weight_use(t.name) == WeightUse::Always || weight_use(t.name) == WeightUse::RoutedExpert)
+        streamed += int64_t(t.nbytes);
+    EXPECT_EQ(j["weights_on_2mib_pages"]["streamed_tensor_bytes"].get<int64_t>(), streamed);
+    const auto& mapped = j["weights_on_2mib_pages"]["mapped_bytes"];
+    if (!mapped.is_null()) {
+      EXPECT_EQ(mapped.get<int64_t>() % (int64_t(2) << 20), 0);  // whole 2 MiB pages
+    }
+  }
   EXPECT_TRUE(j["load_average"].contains("before"));
   if (j["simd_level"] != "scalar") {
     EXPECT_TRUE(j.contains("scalar"));
