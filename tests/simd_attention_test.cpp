@@ -382,6 +382,23 @@ TEST(SimdAttention, CacheDequantizersMatchTwinBitForBit) {
   }
 }
 
+using DequantRow = void (*)(const uint8_t*, const uint8_t*, int64_t, uint16_t*);
+
+// The K values `dequant` writes at the active SIMD level (the buffer starts as 0xdead, so a value
+// left unwritten shows).
+std::vector<uint16_t> dequantized(DequantRow dequant, const uint8_t* data, const uint8_t* scales, int64_t K) {
+  std::vector<uint16_t> out(static_cast<size_t>(K), uint16_t{0xdead});
+  dequant(data, scales, K, out.data());
+  return out;
+}
+
+// Index of the first value where `fast` differs from twin[offset ..], or -1.
+int64_t first_difference(const std::vector<uint16_t>& fast, const std::vector<uint16_t>& twin, int64_t offset = 0) {
+  for (size_t i = 0; i < fast.size(); ++i)
+    if (fast[i] != twin[i + size_t(offset)]) return int64_t(i) + offset;
+  return -1;
+}
+
 // MXFP4 with every scale code as a block's scale (the lookup paths take codes 2..252, the fp32
 // path the others: 2^-127 and 2^-126 give subnormals, 253 and 254 overflow, 255 is NaN), each
 // block holding every FP4 code at every nibble position, in one call over the blocks.
@@ -395,21 +412,20 @@ TEST(SimdAttention, Mxfp4DequantEveryScaleAndCodeMatchesTwin) {
     for (int i = 0; i < 16; ++i)  // byte i: code i in the low nibble, code 15 - i (or i) in the high
       packed[size_t(b * 16 + i)] = uint8_t(i | ((b < 256 ? 15 - i : i) << 4));
   }
-  std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+  std::vector<uint16_t> twin;
   {
     ScopedSimdLevel scalar(SimdLevel::Scalar);
-    mxfp4_dequant_row(packed.data(), e8m0.data(), K, twin.data());
+    twin = dequantized(&mxfp4_dequant_row, packed.data(), e8m0.data(), K);
   }
   for (SimdLevel l : levels) {
     ScopedSimdLevel level(l);
     // All the blocks, then all but the first (the AVX-512 kernel pairs blocks: other pairs, an odd
     // block at the end).
     for (const int64_t skip : {int64_t{0}, int64_t{1}}) {
-      std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
-      mxfp4_dequant_row(packed.data() + skip * 16, e8m0.data() + skip, K - skip * 32, fast.data() + skip * 32);
-      for (int64_t i = skip * 32; i < K; ++i)
-        ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " scale code " << (i / 32) % 256
-                                                    << " value " << i % 32 << " skip " << skip;
+      const int64_t i = first_difference(
+          dequantized(&mxfp4_dequant_row, packed.data() + skip * 16, e8m0.data() + skip, K - skip * 32), twin, skip * 32);
+      ASSERT_EQ(i, -1) << simd_level_name(l) << " scale code " << (i / 32) % 256 << " value " << i % 32 << " skip "
+                       << skip;
     }
   }
 }
@@ -426,18 +442,16 @@ TEST(SimdAttention, Fp8DequantEveryScaleAndCodeMatchesTwin) {
     e8m0[size_t(b)] = uint8_t(b / 8);
     for (int i = 0; i < 32; ++i) codes[size_t(b * 32 + i)] = uint8_t((b % 8) * 32 + (i * 7 + b) % 32);
   }
-  std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+  std::vector<uint16_t> twin;
   {
     ScopedSimdLevel scalar(SimdLevel::Scalar);
-    fp8_dequant_row(codes.data(), e8m0.data(), K, twin.data());
+    twin = dequantized(&fp8_dequant_row, codes.data(), e8m0.data(), K);
   }
   for (SimdLevel l : levels) {
     ScopedSimdLevel level(l);
-    std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
-    fp8_dequant_row(codes.data(), e8m0.data(), K, fast.data());
-    for (int64_t i = 0; i < K; ++i)
-      ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " scale code " << int(e8m0[size_t(i / 32)])
-                                                  << " code " << int(codes[size_t(i)]);
+    const int64_t i = first_difference(dequantized(&fp8_dequant_row, codes.data(), e8m0.data(), K), twin);
+    ASSERT_EQ(i, -1) << simd_level_name(l) << " scale code " << int(e8m0[size_t(i / 32)]) << " code "
+                     << int(codes[size_t(i)]);
   }
 }
 
@@ -455,18 +469,16 @@ TEST(SimdAttention, Nvfp4DequantEveryScaleAndCodeMatchesTwin) {
       for (int i = 0; i < 8; ++i)  // byte i: codes 2i and 2i + 1, turned by the block index
         packed[size_t(b * 8 + i)] = uint8_t(((2 * i + b) % 16) | (((2 * i + 1 + 3 * b) % 16) << 4));
     }
-    std::vector<uint16_t> twin(static_cast<size_t>(K)), fast(static_cast<size_t>(K));
+    std::vector<uint16_t> twin;
     {
       ScopedSimdLevel scalar(SimdLevel::Scalar);
-      nvfp4_dequant_row(packed.data(), scales.data(), K, twin.data());
+      twin = dequantized(&nvfp4_dequant_row, packed.data(), scales.data(), K);
     }
     for (SimdLevel l : levels) {
       ScopedSimdLevel level(l);
-      std::fill(fast.begin(), fast.end(), uint16_t{0xdead});
-      nvfp4_dequant_row(packed.data(), scales.data(), K, fast.data());
-      for (int64_t i = 0; i < K; ++i)
-        ASSERT_EQ(fast[size_t(i)], twin[size_t(i)]) << simd_level_name(l) << " blocks " << blocks << " scale code "
-                                                    << int(scales[size_t(i / 16)]) << " value " << i % 16;
+      const int64_t i = first_difference(dequantized(&nvfp4_dequant_row, packed.data(), scales.data(), K), twin);
+      ASSERT_EQ(i, -1) << simd_level_name(l) << " blocks " << blocks << " scale code " << int(scales[size_t(i / 16)])
+                       << " value " << i % 16;
     }
   }
 }

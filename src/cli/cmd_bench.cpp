@@ -43,17 +43,6 @@ int64_t file_pmd_mapped_bytes() {
   return -1;
 }
 
-// Bytes of the tensors read whole (every token's and the routed experts): what should be on 2 MiB
-// pages.
-int64_t streamed_tensor_bytes(const ModelWeights& w) {
-  int64_t bytes = 0;
-  if (w.store)
-    for (const TensorInfo& t : w.store->tensors())
-      if (weight_use(t.name) == WeightUse::Always || weight_use(t.name) == WeightUse::RoutedExpert)
-        bytes += int64_t(t.nbytes);
-  return bytes;
-}
-
 struct RunFigures {
   std::vector<PrefillFigure> prefill;
   std::vector<DecodeFigure> decode;
@@ -315,7 +304,7 @@ int cmd_bench(int argc, char** argv) {
                     {"seconds", warm_up.seconds}};
   out["figures"] = figures_json(simd, triad, peak, macs, pool.size());
   out["weights_on_2mib_pages"] = {{"mapped_bytes", pmd_mapped >= 0 ? json(pmd_mapped) : json(nullptr)},
-                                  {"streamed_tensor_bytes", streamed_tensor_bytes(model->weights())}};
+                                  {"streamed_tensor_bytes", streamed_tensor_bytes(*model->weights().store)}};
   if (!args.flag("no-scalar") && simd_level() != SimdLevel::Scalar) {
     const int64_t rows = gemm_rows > 0 ? std::min<int64_t>(gemm_rows, 64) : 0;
     RunFigures s;

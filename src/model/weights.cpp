@@ -253,12 +253,17 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
   return streamed_bytes <= ram_bytes / 2 || expert_tensor_bytes >= (int64_t(4) << 20);
 }
 
-void advise_model_weights(const TensorStore& store) {
-  int64_t streamed = 0;
+int64_t streamed_tensor_bytes(const TensorStore& store) {
+  int64_t bytes = 0;
   for (const TensorInfo& t : store.tensors()) {
     const WeightUse use = weight_use(t.name);
-    if (use == WeightUse::Always || use == WeightUse::RoutedExpert) streamed += int64_t(t.nbytes);
+    if (use == WeightUse::Always || use == WeightUse::RoutedExpert) bytes += int64_t(t.nbytes);
   }
+  return bytes;
+}
+
+void advise_model_weights(const TensorStore& store) {
+  const int64_t streamed = streamed_tensor_bytes(store);
   const int64_t ram = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
   for (const TensorInfo& t : store.tensors()) {
     const WeightUse use = weight_use(t.name);

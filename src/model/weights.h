@@ -154,6 +154,10 @@ WeightUse weight_use(const std::string& tensor_name);
 // base/byte_buffer.h.) Advisory: failures are ignored.
 void advise_model_weights(const TensorStore& store);
 
+// Bytes of the tensors read whole (every token's and the routed experts): what advise_model_weights
+// puts on 2 MiB pages where it can.
+int64_t streamed_tensor_bytes(const TensorStore& store);
+
 // Whether routed experts get MADV_HUGEPAGE: when every tensor read whole (every token's and the
 // experts, `streamed_bytes`) fits in half the machine's RAM, each is read from disk once and huge
 // pages only save TLB misses; when it does not, experts are paged in and out as the router picks
