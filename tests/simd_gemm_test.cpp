@@ -293,6 +293,48 @@ TEST(SimdGemm, WorstCaseSumsMatchTwinAtEveryRowCount) {
 
 // NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results
 // must still be the twin's bits (NaN payloads included), and only where the NaN reaches.
+// The VBMI FP8 decode reads runs of 16 s rows with lanes s rows apart (s = 1..16 by K and the
+// range, fp8_decode_row_step), then groups of 16 adjacent rows, then single rows: every kind of
+// range, with NaN codes inside a strided group, an adjacent group and a single row, must give the
+// twin's values, and nothing outside the range may be written.
+TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
+  std::mt19937 rng(8);
+  for (SimdLevel l : supported_simd_levels()) {
+    const simd::KernelTable* kt = simd::kernel_table(l);
+    ASSERT_NE(kt, nullptr);
+    if (!kt->prepare_fp8_digits) continue;  // the avx512vbmi levels only
+    // K: s = 16, 8, 4, 2 (3072 = rows 1.5 pages apart), 1; with the ranges below: every tier.
+    for (const int64_t K : {int64_t{256}, int64_t{512}, int64_t{1024}, int64_t{3072}, int64_t{4128}}) {
+      const int64_t N = 600, KB = K / 32;
+      const std::vector<uint16_t> x = random_bf16(K, rng);
+      std::vector<uint8_t> w = random_e4m3(N * K, rng);
+      for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{593}})
+        w[size_t(row * K + (row * 7) % K)] = (row % 2) ? 0x7f : 0xff;
+      const std::vector<uint8_t> scale = random_scales(((N + 31) / 32) * KB, rng);
+      const Fp8Matrix W{w.data(), scale.data(), N, K};
+      std::vector<uint16_t> twin(static_cast<size_t>(N));
+      linear_fp8_reference(x.data(), 1, W, twin.data());
+      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
+      std::vector<float> scales(static_cast<size_t>(KB)), values(static_cast<size_t>(K));
+      std::vector<int8_t> digits(static_cast<size_t>(3 * K));
+      kt->prepare_fp8_row(x.data(), K, codes.data(), scales.data(), values.data(), nullptr, special.data());
+      kt->prepare_fp8_digits(codes.data(), K, digits.data());
+      ASSERT_EQ(special[0], 0);
+      const simd::Fp8Activations a{values.data(), scales.data(), codes.data(), special.data(), K, digits.data()};
+      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, 600}, {0, 512}, {256, 512}, {3, 600}, {17, 530},
+                                   {240, 290}, {100, 116}, {7, 20}, {590, 600}}) {
+        std::vector<uint16_t> fast(static_cast<size_t>(N), 0xdead);
+        kt->fp8(a, 1, W, n0, n1, fast.data(), N);
+        for (int64_t n = 0; n < N; ++n) {
+          const uint16_t want = n >= n0 && n < n1 ? twin[size_t(n)] : uint16_t{0xdead};
+          ASSERT_EQ(fast[size_t(n)], want) << simd_level_name(l) << " K=" << K << " rows [" << n0 << ", " << n1
+                                           << ") row " << n << " step " << simd::fp8_decode_row_step(K, n1 - n0);
+        }
+      }
+    }
+  }
+}
+
 TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
   const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";

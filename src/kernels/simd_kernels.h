@@ -25,6 +25,17 @@ constexpr int64_t kDecodeRowsMax = 4;
 // 4.0-4.3).
 constexpr int64_t kAmxFp8MinRows = 4;
 
+// The avx512vbmi FP8 decode reads 16 weight rows side by side, rows s apart (simd_fp8_decode.inc):
+// s the least power of two with s K >= 4096, so that each of the 16 is a forward stream through
+// pages of its own (the L2 streamer follows one per 4 KiB page), but at most 16 (a run of 16 s
+// rows then spans at most 8 scale bands) and no more than lets `rows` rows hold two runs of
+// 16 s. The decode tiles are multiples of 16 s rows.
+inline int64_t fp8_decode_row_step(int64_t K, int64_t rows) {
+  int64_t s = 1;
+  while (s < 16 && s * K < 4096 && 32 * s <= rows) s *= 2;
+  return s;
+}
+
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
   // The decode kernels' operand: the E4M3 activation values as fp32 times a power of two fixed
