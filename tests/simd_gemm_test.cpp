@@ -335,6 +335,53 @@ TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
   }
 }
 
+// The AVX-512 FP4 decode reads runs of 16 s rows with lanes s rows apart (fp4_decode_row_step:
+// s = 1..16 by K and the range), then groups of 16 adjacent rows, then single rows: every kind of
+// range must give the twin's values, with NaN (0xFF) scale codes in a strided group, an adjacent
+// group and a single row, block counts that leave the 16-block scale loads ragged, and nothing
+// outside the range written. Run on every level (AVX2 reads row by row: the same values).
+TEST(SimdGemm, Fp4DecodeRowRangesMatchTwin) {
+  std::mt19937 rng(9);
+  const auto levels = supported_simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  // K / 2 bytes per row: 128 (s up to 16), 512 (8), 1168 (the long-row rule, 73 blocks: a
+  // ragged 16-block step of scale codes and of the row kernel's 8-block steps), 2048.
+  for (const int64_t K : {int64_t{256}, int64_t{1024}, int64_t{2336}, int64_t{4096}}) {
+    const int64_t N = 600, KB = K / 32;
+    const std::vector<uint16_t> x = random_bf16(K, rng);
+    const std::vector<uint8_t> w = random_bytes(N * K / 2, rng);
+    std::vector<uint8_t> scale = random_scales(N * KB, rng);
+    for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{593}})
+      scale[size_t(row * KB + (row * 7) % KB)] = 0xFF;
+    const Fp4Matrix W{w.data(), scale.data(), N, K};
+    std::vector<uint16_t> twin(static_cast<size_t>(N));
+    linear_fp4_reference(x.data(), 1, W, twin.data());
+    for (SimdLevel l : levels) {
+      const simd::KernelTable* kt = simd::kernel_table(l);
+      ASSERT_NE(kt, nullptr);
+      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
+      std::vector<float> raw_scales(static_cast<size_t>(KB)), scales(static_cast<size_t>(KB));
+      std::vector<int8_t> chunks(static_cast<size_t>(simd::fp4_chunk_row_bytes(K)));
+      std::vector<int32_t> offsets(static_cast<size_t>(KB));
+      kt->prepare_fp4_row(x.data(), K, codes.data(), raw_scales.data(), chunks.data(), offsets.data(), scales.data(),
+                          special.data());
+      ASSERT_EQ(special[0], 0);
+      const simd::Fp4Activations a{chunks.data(), offsets.data(), scales.data(), codes.data(),
+                                   raw_scales.data(), special.data(), K};
+      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, 600}, {0, 512}, {256, 512}, {3, 600}, {17, 530},
+                                   {240, 290}, {100, 116}, {7, 20}, {590, 600}}) {
+        std::vector<uint16_t> fast(static_cast<size_t>(N), 0xdead);
+        kt->fp4(a, 1, W, n0, n1, fast.data(), N);
+        for (int64_t n = 0; n < N; ++n) {
+          const uint16_t want = n >= n0 && n < n1 ? twin[size_t(n)] : uint16_t{0xdead};
+          ASSERT_EQ(fast[size_t(n)], want) << simd_level_name(l) << " K=" << K << " rows [" << n0 << ", " << n1
+                                           << ") row " << n << " step " << simd::fp4_decode_row_step(K, n1 - n0);
+        }
+      }
+    }
+  }
+}
+
 TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
   const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";

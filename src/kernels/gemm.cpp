@@ -621,8 +621,11 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     // Prefill tiles: a multiple of 32 outputs, so the 32-wide AVX-512 FP8 register tile is never
     // cut short inside a tile.
     const bool decode = jobs[j].M <= simd::kDecodeRowsMax && !prepared[size_t(j)].amx;
-    // Decode tiles: a multiple of the VBMI FP8 decode's groups of rows (two or more per thread).
-    const int64_t group = prepared[size_t(j)].digits ? 16 * simd::fp8_decode_row_step(K, N / (2 * threads)) : 16;
+    // Decode tiles: a multiple of the VBMI FP8 and AVX-512 FP4 decodes' runs of rows (two or more
+    // per thread).
+    const int64_t group = prepared[size_t(j)].digits ? 16 * simd::fp8_decode_row_step(K, N / (2 * threads))
+                          : jobs[j].fp4 && kt.fp4_decode_runs ? 16 * simd::fp4_decode_row_step(K, N / (2 * threads))
+                                                              : 16;
     const int64_t col_tile = simd_col_tile(N, threads, decode ? group : 32, decode);
     for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
   }

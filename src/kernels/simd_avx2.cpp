@@ -50,7 +50,7 @@ const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,    
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
                             nullptr,            hc_post_simd,    int8_row_dots_simd, scaled_exp_sum_simd,
                             transpose_u16,      int8_quantize_bf16_row_simd, dense_packed_fp8,
-                            nullptr,            nullptr};
+                            nullptr,            nullptr,         false};
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_LEVEL

@@ -36,6 +36,18 @@ inline int64_t fp8_decode_row_step(int64_t K, int64_t rows) {
   return s;
 }
 
+// The AVX-512 FP4 decode reads 16 rows side by side the same way (simd_gemm.inc fp4_rows16), its
+// rows K / 2 bytes long: rows under 1 KiB (K < 2048) as the FP8 decode; longer ones (the released
+// experts: K = 5120 and 2304) up to 8 apart. Measured (two Xeon cores, weights from memory,
+// interleaved): 2304 x 5120 and 5120 x 2304 at s = 8 19-24 GB/s against 17-19 on the row kernel,
+// at the FP8 rule's s = 2 and 4 (pages shared by two lanes' runs) 15.5-23.
+inline int64_t fp4_decode_row_step(int64_t K, int64_t rows) {
+  if (K / 2 < 1024) return fp8_decode_row_step(K / 2, rows);
+  int64_t s = 1;
+  while (s < 8 && 32 * s <= rows) s *= 2;  // as there: a run of 16 s fits in `rows`
+  return s;
+}
+
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
   // The decode kernels' operand: the E4M3 activation values as fp32 times a power of two fixed
@@ -182,6 +194,9 @@ struct KernelTable {
   void (*prepare_fp8_amx)(const uint8_t* codes, int64_t K, int8_t* out);
   // gumbel_argmax (gumbel_draw.h); nullptr on levels without 64-bit lane multiplies (AVX2).
   GumbelBest (*gumbel_argmax)(const float* p, int64_t n, uint64_t key);
+  // Whether the fp4 kernel's one-row decode reads runs of 16 s rows (fp4_decode_row_step): its
+  // decode tiles are then multiples of 16 s rows.
+  bool fp4_decode_runs;
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).
