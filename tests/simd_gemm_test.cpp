@@ -291,6 +291,27 @@ TEST(SimdGemm, WorstCaseSumsMatchTwinAtEveryRowCount) {
   }
 }
 
+// The row ranges of 600 outputs that take a one-row decode through every tier of its rows (runs
+// of 16 s rows, adjacent groups of 16, single rows): decode(n0, n1, y) writes rows [n0, n1) of y,
+// which must hold the twin's values there and nothing written anywhere else. step(rows): the
+// decode's s for a range of `rows`, for the message.
+template <class Decode, class Step>
+void expect_row_ranges_match(const std::vector<uint16_t>& twin, const Decode& decode, const Step& step,
+                             const std::string& what) {
+  constexpr uint16_t kUnwritten = 0xdead;
+  ASSERT_EQ(twin.size(), 600u);
+  for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, 600}, {0, 512}, {256, 512}, {3, 600}, {17, 530},
+                               {240, 290}, {100, 116}, {7, 20}, {590, 600}}) {
+    std::vector<uint16_t> fast(twin.size(), kUnwritten);
+    decode(n0, n1, fast.data());
+    for (int64_t n = 0; n < int64_t(fast.size()); ++n) {
+      const uint16_t want = n >= n0 && n < n1 ? twin[size_t(n)] : kUnwritten;
+      ASSERT_EQ(fast[size_t(n)], want) << what << " step " << step(n1 - n0) << " rows [" << n0 << ", " << n1
+                                       << ") row " << n;
+    }
+  }
+}
+
 // NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results
 // must still be the twin's bits (NaN payloads included), and only where the NaN reaches.
 // The VBMI FP8 decode reads runs of 16 s rows with lanes s rows apart (s = 1..16 by K and the
@@ -321,16 +342,10 @@ TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
       kt->prepare_fp8_digits(codes.data(), K, digits.data());
       ASSERT_EQ(special[0], 0);
       const simd::Fp8Activations a{values.data(), scales.data(), codes.data(), special.data(), K, digits.data()};
-      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, 600}, {0, 512}, {256, 512}, {3, 600}, {17, 530},
-                                   {240, 290}, {100, 116}, {7, 20}, {590, 600}}) {
-        std::vector<uint16_t> fast(static_cast<size_t>(N), 0xdead);
-        kt->fp8(a, 1, W, n0, n1, fast.data(), N);
-        for (int64_t n = 0; n < N; ++n) {
-          const uint16_t want = n >= n0 && n < n1 ? twin[size_t(n)] : uint16_t{0xdead};
-          ASSERT_EQ(fast[size_t(n)], want) << simd_level_name(l) << " K=" << K << " rows [" << n0 << ", " << n1
-                                           << ") row " << n << " step " << simd::fp8_decode_row_step(K, n1 - n0);
-        }
-      }
+      expect_row_ranges_match(
+          twin, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp8(a, 1, W, n0, n1, y, N); },
+          [&](int64_t rows) { return simd::fp8_decode_row_step(K, rows); },
+          std::string(simd_level_name(l)) + " K=" + std::to_string(K));
     }
   }
 }
@@ -368,16 +383,10 @@ TEST(SimdGemm, Fp4DecodeRowRangesMatchTwin) {
       ASSERT_EQ(special[0], 0);
       const simd::Fp4Activations a{chunks.data(), offsets.data(), scales.data(), codes.data(),
                                    raw_scales.data(), special.data(), K};
-      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, 600}, {0, 512}, {256, 512}, {3, 600}, {17, 530},
-                                   {240, 290}, {100, 116}, {7, 20}, {590, 600}}) {
-        std::vector<uint16_t> fast(static_cast<size_t>(N), 0xdead);
-        kt->fp4(a, 1, W, n0, n1, fast.data(), N);
-        for (int64_t n = 0; n < N; ++n) {
-          const uint16_t want = n >= n0 && n < n1 ? twin[size_t(n)] : uint16_t{0xdead};
-          ASSERT_EQ(fast[size_t(n)], want) << simd_level_name(l) << " K=" << K << " rows [" << n0 << ", " << n1
-                                           << ") row " << n << " step " << simd::fp4_decode_row_step(K, n1 - n0);
-        }
-      }
+      expect_row_ranges_match(
+          twin, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp4(a, 1, W, n0, n1, y, N); },
+          [&](int64_t rows) { return simd::fp4_decode_row_step(K, rows); },
+          std::string(simd_level_name(l)) + " K=" + std::to_string(K));
     }
   }
 }
