@@ -40,7 +40,7 @@ inline int64_t fp8_decode_row_step(int64_t K, int64_t rows) {
 // rows K / 2 bytes long: rows under 1 KiB (K < 2048) as the FP8 decode; longer ones (the released
 // experts: K = 5120 and 2304) up to 8 apart. Measured (two Xeon cores, weights from memory,
 // interleaved): 2304 x 5120 and 5120 x 2304 at s = 8 19-24 GB/s against 17-19 on the row kernel,
-// at the FP8 rule's s = 2 and 4 (pages shared by two lanes' runs) 15.5-23.
+// at the FP8 rule's s = 2 and 4 15.5-23 (there, likely, two lanes' runs share pages).
 inline int64_t fp4_decode_row_step(int64_t K, int64_t rows) {
   if (K / 2 < 1024) return fp8_decode_row_step(K / 2, rows);
   int64_t s = 1;
