@@ -38,8 +38,13 @@ std::vector<double> load_average() {
 int64_t file_pmd_mapped_bytes() {
   std::ifstream f("/proc/self/smaps_rollup");
   std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("FilePmdMapped:", 0) == 0) return std::stoll(line.substr(14)) * 1024;
+  while (std::getline(f, line)) {
+    if (line.rfind("FilePmdMapped:", 0) != 0) continue;
+    const char* digits = line.c_str() + 14;
+    char* end = nullptr;
+    const long long kib = std::strtoll(digits, &end, 10);
+    return end != digits && kib >= 0 ? int64_t(kib) * 1024 : -1;  // an unexpected line: not reported
+  }
   return -1;
 }
 
