@@ -100,14 +100,15 @@ TEST(RmsNorm, FollowsTheReferenceFp32OperationOrderBitExactly) {
 TEST(RmsNorm, UsesWeightTimesNormalizedAssociation) {
   // weight * (x * r) and (weight * x) * r differ in bf16 only when the fp32 results straddle a
   // bf16 rounding midpoint (about 6 in a million random triples), so random rows almost never
-  // tell them apart. Search 2-element rows (x0, x1, w) until the two emulated associations
-  // differ, then require the kernel to give the reference one on exactly those rows.
+  // tell them apart. Search rows of one pair (x0, x1) with weights (w, 1) until the two emulated
+  // associations differ, then require the kernel to give the reference one on exactly those rows:
+  // as 2 elements (the scalar loop) and as the pair 8 times over (16 elements: the SIMD lanes).
   std::mt19937 rng(2024);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   int checked = 0;
   for (int attempt = 0; attempt < 4000000 && checked < 3; ++attempt) {
-    std::vector<uint16_t> x = {f32_to_bf16(dist(rng)), f32_to_bf16(dist(rng))};
-    std::vector<uint16_t> w = {f32_to_bf16(1.0f + 0.3f * dist(rng)), f32_to_bf16(1.0f)};
+    const std::vector<uint16_t> x = {f32_to_bf16(dist(rng)), f32_to_bf16(dist(rng))};
+    const std::vector<uint16_t> w = {f32_to_bf16(1.0f + 0.3f * dist(rng)), f32_to_bf16(1.0f)};
     const float r = emulate_r(x, kNormEps);
     const uint16_t ref = emulate_out(x[0], w[0], r, true);
     if (ref == emulate_out(x[0], w[0], r, false)) continue;
@@ -115,6 +116,12 @@ TEST(RmsNorm, UsesWeightTimesNormalizedAssociation) {
     rmsnorm_row(x.data(), w.data(), 2, kNormEps, y.data());
     EXPECT_EQ(y[0], ref) << "x0 " << bf16_to_f32(x[0]) << " x1 " << bf16_to_f32(x[1]) << " w "
                          << bf16_to_f32(w[0]);
+    std::vector<uint16_t> x16, w16, y16(16);
+    for (int i = 0; i < 8; ++i) x16.insert(x16.end(), x.begin(), x.end()), w16.insert(w16.end(), w.begin(), w.end());
+    const float r16 = emulate_r(x16, kNormEps);
+    rmsnorm_row(x16.data(), w16.data(), 16, kNormEps, y16.data());
+    for (int i = 0; i < 16; i += 2) EXPECT_EQ(y16[size_t(i)], emulate_out(x[0], w[0], r16, true)) << "16 elements, i " << i;
+    if (r16 == r) EXPECT_EQ(y16[0], ref);
     ++checked;
   }
   EXPECT_EQ(checked, 3) << "search found too few distinguishing rows";

@@ -12,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/hyper_connection.h"
 #include "kernels/indexer_score.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/quant.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/simd_level.h"
 #include "simd_levels.h"
 #include "kernels/sparse_attention.h"
@@ -184,6 +186,50 @@ TEST(SimdAttention, IndexerScoresMatchTwinBitForBit) {
   }
 }
 
+// Scores against MXFP4 keys equal the bf16 kernel's against the keys' dequantized values (the
+// scalar twin's definition), at every level, over ragged key counts (the AVX-512 kernel takes 16
+// keys a tile, AVX2 4) and scale codes outside the lookup's range (0, 1, 253, 254, NaN 255).
+TEST(SimdAttention, IndexerScoresOfMxfp4KeysMatchDequantizedKeys) {
+  std::mt19937 rng(31);
+  struct Case {
+    int NH;
+    int64_t IH, count;
+  };
+  const Case cases[] = {{8, 128, 1}, {8, 128, 17}, {8, 128, 100}, {4, 32, 3}, {32, 128, 37}, {8, 64, 0}, {12, 96, 33}};
+  std::uniform_int_distribution<int> code(0, 255), scale(110, 140);
+  for (const Case& c : cases) {
+    const std::vector<uint16_t> q = random_bf16(rng, c.NH * c.IH, 1.0f);
+    const std::vector<uint16_t> w = random_bf16(rng, c.NH, 0.3f);
+    std::vector<uint8_t> codes(static_cast<size_t>(c.count * c.IH / 2)), scales(static_cast<size_t>(c.count * c.IH / 32));
+    for (auto& v : codes) v = uint8_t(code(rng));
+    for (auto& v : scales) v = uint8_t(scale(rng));
+    const uint8_t edge[] = {0, 1, 253, 254, 255, 2, 252};
+    for (size_t i = 0; i < scales.size() && i < 3 * std::size(edge); i += 3) scales[i] = edge[i / 3];
+    // The reference: every key dequantized (quant.h), then scored as bf16 by the scalar twin.
+    std::vector<uint16_t> keys(static_cast<size_t>(c.count * c.IH));
+    std::vector<float> expected(static_cast<size_t>(c.count)), got(static_cast<size_t>(c.count));
+    {
+      ScopedSimdLevel scalar(SimdLevel::Scalar);
+      if (c.count > 0) mxfp4_dequant_row(codes.data(), scales.data(), c.count * c.IH, keys.data());
+      indexer_scores(q.data(), w.data(), c.NH, c.IH, keys.data(), c.count, expected.data());
+      indexer_scores_mxfp4(q.data(), w.data(), c.NH, c.IH, codes.data(), scales.data(), c.count, got.data());
+      EXPECT_TRUE(same_bits(got, expected)) << "scalar NH=" << c.NH << " count=" << c.count;
+    }
+    for (SimdLevel l : supported_simd_levels()) {
+      ScopedSimdLevel level(l);
+      std::fill(got.begin(), got.end(), -1.0f);
+      indexer_scores_mxfp4(q.data(), w.data(), c.NH, c.IH, codes.data(), scales.data(), c.count, got.data());
+      EXPECT_TRUE(same_bits(got, expected)) << simd_level_name(l) << " NH=" << c.NH << " IH=" << c.IH
+                                            << " count=" << c.count;
+    }
+  }
+  // Keys that are not whole MXFP4 blocks are refused.
+  const std::vector<uint16_t> q(16), w(1);
+  const std::vector<uint8_t> codes(8), scales(1);
+  float score = 0;
+  EXPECT_THROW(indexer_scores_mxfp4(q.data(), w.data(), 1, 16, codes.data(), scales.data(), 1, &score), Error);
+}
+
 // The sum over heads is sequential (h ascending): heads whose terms are +B, -B, 1, 1 in turn
 // (B = 2^30: what was summed before a +B is lost in it) sum to 2 in that order and to other
 // values in most others (descending: 0). A key with -1 at d = 0 has every dot negative (score 0).
@@ -211,6 +257,52 @@ TEST(SimdAttention, IndexerScoresSumHeadsInOrder) {
       ScopedSimdLevel level(l);
       indexer_scores(q.data(), w.data(), NH, IH, keys.data(), count, fast.data());
       EXPECT_TRUE(same_bits(fast, twin)) << simd_level_name(l) << " NH=" << NH;
+    }
+  }
+}
+
+// hc_pre and rmsnorm_row (the per-element steps of both in lanes) against their scalar twins:
+// ragged lengths, every bf16 bit pattern in part of the row (NaN, inf, subnormals), and sums that
+// cancel (copies of +-x weighted alike: the order of the adds decides the bits).
+TEST(SimdAttention, HcPreAndRmsNormMatchTwinBitForBit) {
+  const auto levels = supported_simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> any(0, 0xffff);
+  for (int hc : {1, 2, 4}) {
+    for (int64_t D : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{29}, int64_t{1024}, int64_t{1030}}) {
+      std::vector<uint16_t> X = random_bf16(rng, hc * D, 3.0f);
+      for (int64_t d = 0; d < D; d += 5) X[size_t(d)] = uint16_t(any(rng));
+      if (hc > 1)
+        for (int64_t d = 1; d < D; d += 3) X[size_t(D + d)] = X[size_t(d)] ^ 0x8000;  // copy 1 = -copy 0
+      const float a[4] = {0.75f, 0.75f, 1e-3f, -2.5f};
+      const std::vector<uint16_t> w = random_bf16(rng, D, 1.0f);
+      // rmsnorm: a NaN anywhere makes the statistic NaN, and which NaN payload a product of two
+      // NaNs carries is the compiler's operand order, in the twin as well: that row is checked
+      // for all-NaN; a copy without NaN (inf, subnormals and big values kept) bit for bit.
+      std::vector<uint16_t> finite = X;
+      for (auto& v : finite)
+        if ((v & 0x7fff) > 0x7f80) v = 0x4000;
+      std::vector<uint16_t> pre_twin(size_t(D), 0), pre(size_t(D), 0), norm_twin(size_t(D), 0), norm(size_t(D), 0);
+      {
+        ScopedSimdLevel scalar(SimdLevel::Scalar);
+        hc_pre(X.data(), a, hc, D, pre_twin.data());
+        rmsnorm_row(finite.data(), w.data(), D, 1e-6f, norm_twin.data());
+      }
+      const bool has_nan = finite != X;
+      for (SimdLevel l : levels) {
+        ScopedSimdLevel level(l);
+        std::fill(pre.begin(), pre.end(), uint16_t{0x1234});
+        std::fill(norm.begin(), norm.end(), uint16_t{0x1234});
+        hc_pre(X.data(), a, hc, D, pre.data());
+        rmsnorm_row(finite.data(), w.data(), D, 1e-6f, norm.data());
+        EXPECT_TRUE(same_bits(pre, pre_twin)) << simd_level_name(l) << " hc_pre hc=" << hc << " D=" << D;
+        EXPECT_TRUE(same_bits(norm, norm_twin)) << simd_level_name(l) << " rmsnorm D=" << D;
+        if (has_nan) {
+          rmsnorm_row(X.data(), w.data(), D, 1e-6f, norm.data());
+          for (uint16_t v : norm) ASSERT_GT(v & 0x7fff, 0x7f80) << simd_level_name(l) << " a NaN row, D=" << D;
+        }
+      }
     }
   }
 }

@@ -727,7 +727,7 @@ TEST(SimdGemm, ActQuantMatchesScalarBitForBit) {
   for (int64_t k = 32 * 53; k < 32 * 54; ++k) x[size_t(k)] = f32_to_bf16(1e-6f * float(k % 7));  // amax floor
   std::vector<uint8_t> codes_twin(static_cast<size_t>(K)), codes(static_cast<size_t>(K));
   std::vector<float> scales_twin(size_t(K / 32)), scales(size_t(K / 32));
-  act_quant_row(x.data(), K, codes_twin.data(), scales_twin.data());
+  act_quant_row_scalar(x.data(), K, codes_twin.data(), scales_twin.data());
   for (SimdLevel l : levels) {
     const simd::KernelTable* kt = simd::kernel_table(l);
     ASSERT_NE(kt, nullptr);
@@ -735,6 +735,12 @@ TEST(SimdGemm, ActQuantMatchesScalarBitForBit) {
     EXPECT_EQ(first_difference(codes, codes_twin), -1) << simd_level_name(l);
     EXPECT_EQ(first_difference(scales, scales_twin), -1) << simd_level_name(l);
     EXPECT_TRUE(kt->act_quant_row(x.data(), 32 * 40, codes.data(), scales.data()));
+    // act_quant_row takes the level's kernel.
+    ScopedSimdLevel level(l);
+    std::fill(codes.begin(), codes.end(), uint8_t{0});
+    act_quant_row(x.data(), K, codes.data(), scales.data());
+    EXPECT_EQ(first_difference(codes, codes_twin), -1) << simd_level_name(l);
+    EXPECT_EQ(first_difference(scales, scales_twin), -1) << simd_level_name(l);
   }
 }
 

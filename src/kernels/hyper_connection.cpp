@@ -132,7 +132,9 @@ void hc_coefficients(const uint16_t* X, int hc, int64_t D, const float* fn, cons
 
 void hc_pre(const uint16_t* X, const float* a, int hc, int64_t D, uint16_t* y) {
   check_hc(hc);
-  for (int64_t d = 0; d < D; ++d) {
+  int64_t d0 = 0;
+  if (const simd::KernelTable* kt = simd::active_kernels()) d0 = kt->hc_pre_columns(X, a, hc, D, y);  // columns in lanes
+  for (int64_t d = d0; d < D; ++d) {
     float acc = 0.0f;  // +0 start: an all -0 column gives +0 as in torch.sum
     for (int c = 0; c < hc; ++c) {
       const float prod = a[c] * bf16_to_f32(X[c * D + d]);

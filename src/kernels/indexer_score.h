@@ -15,4 +15,11 @@ namespace ds41 {
 void indexer_scores(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint16_t* keys,
                     int64_t count, float* scores);
 
+// The same scores against MXFP4 keys as the cache stores them (codes [count][head_dim / 2],
+// E8M0 scales [count][head_dim / 32]; head_dim % 32 == 0), each key's values those of
+// mxfp4_dequant_row (quant.h). The SIMD kernels dequantize a few keys at a time as they score
+// them, so no bf16 copy of the keys is written.
+void indexer_scores_mxfp4(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint8_t* codes,
+                          const uint8_t* scales, int64_t count, float* scores);
+
 }  // namespace ds41

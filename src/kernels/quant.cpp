@@ -62,6 +62,15 @@ float act_quant_scale(float amax) {
 
 void act_quant_row(const uint16_t* x, int64_t K, uint8_t* codes, float* scales) {
   check_row_length(K, kActQuantBlock, "act_quant");
+  if (const simd::KernelTable* kt = simd::active_kernels()) {
+    kt->act_quant_row(x, K, codes, scales);
+    return;
+  }
+  act_quant_row_scalar(x, K, codes, scales);
+}
+
+void act_quant_row_scalar(const uint16_t* x, int64_t K, uint8_t* codes, float* scales) {
+  check_row_length(K, kActQuantBlock, "act_quant");
   for (int64_t b = 0; b < K / kActQuantBlock; ++b) {
     const uint16_t* xb = x + b * kActQuantBlock;
     const float s = act_quant_scale(block_amax(xb, kActQuantBlock));

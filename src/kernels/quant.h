@@ -25,8 +25,11 @@ constexpr int64_t kNvfp4Block = 16;
 // ---- act_quant: E4M3 codes, UE8M0 scale per 32 (§3.1) --------------------------------------
 // s = ceil_pow2(max(amax, 1e-4) * fp32(1/448)). A power-of-two product maps to itself.
 float act_quant_scale(float amax);
-// codes[K] = e4m3_rne(clamp(x / s, -448, 448)); scales[K/32] = s (an exact power of two).
+// codes[K] = e4m3_rne(clamp(x / s, -448, 448)); scales[K/32] = s (an exact power of two). The
+// active SIMD level's kernel where there is one (the same bytes), else act_quant_row_scalar.
 void act_quant_row(const uint16_t* x, int64_t K, uint8_t* codes, float* scales);
+// The scalar twin (and the SIMD kernels' path for blocks holding inf or NaN).
+void act_quant_row_scalar(const uint16_t* x, int64_t K, uint8_t* codes, float* scales);
 // x <- bf16(e4m3(code) * s) in place.
 void act_quant_qdq_row(uint16_t* x, int64_t K);
 // out[k] = bf16(e4m3(codes[k]) * 2^(e8m0[k/32] - 127)): the FP8 window-KV ring back to the bf16

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/numeric_formats.h"
+#include "kernels/simd_kernels.h"
 #include "kernels/torch_sum.h"
 
 // Every fp32 operation below must round on its own, as torch's separate tensor ops do: forbid
@@ -22,7 +23,9 @@ float rms_rsqrt_bf16(const uint16_t* x, int64_t n, float eps) {
 
 void rmsnorm_row(const uint16_t* x, const uint16_t* w, int64_t n, float eps, uint16_t* y) {
   const float r = rms_rsqrt_bf16(x, n, eps);
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i0 = 0;
+  if (const simd::KernelTable* kt = simd::active_kernels()) i0 = kt->rmsnorm_apply(x, w, n, r, y);  // the same steps
+  for (int64_t i = i0; i < n; ++i) {
     const float normed = bf16_to_f32(x[i]) * r;      // x * rsqrt(var + eps)
     y[i] = f32_to_bf16(bf16_to_f32(w[i]) * normed);  // weight * x, then .to(bf16)
   }

@@ -156,6 +156,9 @@ struct KernelTable {
   // indexer_scores (indexer_score.h).
   void (*indexer_scores)(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim, const uint16_t* keys,
                          int64_t count, float* scores);
+  // indexer_scores_mxfp4 (indexer_score.h).
+  void (*indexer_scores_mxfp4)(const uint16_t* q, const uint16_t* w, int n_heads, int64_t head_dim,
+                               const uint8_t* codes, const uint8_t* scales, int64_t count, float* scores);
   // The dot products of hc_mixes (hyper_connection.h) before the rms factor, for mixes [k0, k1)
   // from the projection transposed in blocks of mixes (hyper_connection.h): dots[k - k0] =
   // sum_t fn[k][t] * X[t] as the twin's sequential fp32 chain.
@@ -174,6 +177,12 @@ struct KernelTable {
   // already checked; returns the first column not done.
   int64_t (*hc_post_columns)(const uint16_t* y, const uint16_t* Xres, const float* post, const float* comb, int hc,
                              int64_t D, int64_t d0, int64_t d1, uint16_t* Xout);
+  // hc_pre (hyper_connection.h) for whole groups of 8 columns, hc <= kMaxHc already checked;
+  // returns the first column not done.
+  int64_t (*hc_pre_columns)(const uint16_t* X, const float* a, int hc, int64_t D, uint16_t* y);
+  // rmsnorm_row's (rmsnorm.h) y = bf16(w * (x * r)) for whole groups of 8 elements; returns the
+  // first element not done.
+  int64_t (*rmsnorm_apply)(const uint16_t* x, const uint16_t* w, int64_t n, float r, uint16_t* y);
   // int8_row_dots (int8_dot.h), shape already validated.
   void (*int8_row_dots)(const int8_t* x, int64_t x_count, const int8_t* rows, const int32_t* row_sums, int64_t n_rows,
                         int64_t K, int32_t* out);

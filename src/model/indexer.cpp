@@ -83,36 +83,28 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   }
   // Keys as bf16, one block of `total` rows per layer read (usually one): rows the layer never
   // wrote read as zeros. Rows that grow with the context are sized for the planned sequence
-  // (reserve_sequence).
+  // (reserve_sequence). A decode call (one row, or fewer rows than threads) scores each key once:
+  // the scoring kernel reads the packed keys itself (indexer_scores_mxfp4) and no block is built.
+  const int threads = ctx.pool ? ctx.pool->size() : 1;
+  const bool score_packed = S == 1 || S < threads;
   const int64_t planned = std::max<int64_t>(total, ctx.state.reserved_tokens / m);
   DS41_SCRATCH(int, key_block, ctx.plan.layers.size());  // layer -> block index + 1 (0: not read)
   int n_blocks = 0;
-  for (int s = 0; s < S; ++s)
+  for (int s = 0; s < S && !score_packed; ++s)
     if (key_block[size_t(row_key_layer[size_t(s)])] == 0) key_block[size_t(row_key_layer[size_t(s)])] = ++n_blocks;
   DS41_SCRATCH_UNINIT(uint16_t, K, n_blocks * total * IH, planned * IH);  // every row read is written below
   const bool pool_source = lp.candidate_source;
   const bool pool_restricted = lp.uses_candidates && ctx.candidates_built;
-  // A decode row of a layer restricted to the candidate pool (below) reads only the pool's keys.
-  const std::vector<uint8_t>* pool_keys = S == 1 && pool_restricted ? &ctx.candidates[0] : nullptr;
   for (size_t l = 0; l < key_block.size(); ++l) {
     if (key_block[l] == 0) continue;
     const LayerState& keys = ctx.state.layers[l];
     uint16_t* block = K.data() + (key_block[l] - 1) * total * IH;
     const int64_t written = std::min<int64_t>(total, keys.entries);
-    // Rows are stored back to back and their MXFP4 blocks are independent: one call per run of
-    // rows read (all of [t0, t1) unless the pool restricts them) dequantizes the run as one row.
-    auto is_read = [&](int64_t t) { return !pool_keys || (size_t(t) < pool_keys->size() && (*pool_keys)[size_t(t)]); };
+    // Rows are stored back to back and their MXFP4 blocks are independent: a range of rows
+    // dequantizes as one row.
     parallel_for(ctx.pool, written, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1;) {
-        if (!is_read(t)) {
-          ++t;
-          continue;
-        }
-        const int64_t run = t;
-        while (t < t1 && is_read(t)) ++t;
-        mxfp4_dequant_row(keys.ik_codes.data() + run * (IH / 2), keys.ik_scales.data() + run * (IH / 32),
-                          (t - run) * IH, block + run * IH);
-      }
+      mxfp4_dequant_row(keys.ik_codes.data() + t0 * (IH / 2), keys.ik_scales.data() + t0 * (IH / 32), (t1 - t0) * IH,
+                        block + t0 * IH);
     });
     std::fill(block + written * IH, block + total * IH, uint16_t{0});
   }
@@ -168,7 +160,7 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     // only changes how exact ties are broken. Using the visible width in every call shape keeps
     // prefill, decode and chunked calls identical and equal to the reference's decode.
     // A row that sees only the first key_rows keys reads zeros beyond: relu(0) * weight sums to 0.
-    const uint16_t* Ks = K.data() + (key_block[size_t(row_key_layer[size_t(s)])] - 1) * total * IH;
+    const int key_layer = row_key_layer[size_t(s)];
     const int64_t scored = std::min(count, row_key_rows[size_t(s)]);
     DS41_SCRATCH_CAP(int64_t, runs, 0, 2 * max_runs);  // [t0, t1) pairs
     if (pool_restricted) {
@@ -188,21 +180,21 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
       for (int64_t t = scored; t < count; ++t) score[t] = 0.f;
       if (scored > 0) runs.insert(runs.end(), {int64_t{0}, scored});
     }
-    score_runs(qi.data() + s * NH * IH, wts.data() + s * NH, Ks, runs, score);
+    score_runs(qi.data() + s * NH * IH, wts.data() + s * NH, key_layer, runs, score);
     if (pool_source)
       candidate_pool_row(score, count, count, c.candidate_topk_blocks, c.candidate_block_size, ctx.candidates[s],
                          planned);
     select_topk_row(score, count, count, c.index_topk, out[s]);
   };
-  const int threads = ctx.pool ? ctx.pool->size() : 1;
-  if (S >= threads) {  // rows in parallel
+  if (!score_packed) {  // rows in parallel
     parallel_for(ctx.pool, S, [&](int64_t s0, int64_t s1) {
       DS41_SCRATCH_CAP(float, score, total, planned);
       torch_topk_reserve(planned);
       for (int64_t s = s0; s < s1; ++s)
         select_row(s, score.data(),
-                   [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, const std::vector<int64_t>& runs,
+                   [&](const uint16_t* q, const uint16_t* wq, int key_layer, const std::vector<int64_t>& runs,
                        float* sc) {
+                     const uint16_t* Ks = K.data() + (key_block[size_t(key_layer)] - 1) * total * IH;
                      for (size_t r = 0; r < runs.size(); r += 2)
                        indexer_scores(q, wq, int(NH), IH, Ks + runs[r] * IH, runs[r + 1] - runs[r], sc + runs[r]);
                    });
@@ -212,8 +204,9 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     torch_topk_reserve(planned);
     for (int64_t s = 0; s < S; ++s)
       select_row(s, score.data(),
-                 [&](const uint16_t* q, const uint16_t* wq, const uint16_t* Ks, const std::vector<int64_t>& runs,
+                 [&](const uint16_t* q, const uint16_t* wq, int key_layer, const std::vector<int64_t>& runs,
                      float* sc) {
+                   const LayerState& keys = ctx.state.layers[size_t(key_layer)];
                    int64_t n = 0;  // keys in all runs; thread p takes keys [n p / T, n (p + 1) / T) of them
                    for (size_t r = 0; r < runs.size(); r += 2) n += runs[r + 1] - runs[r];
                    parallel_for(ctx.pool, threads, [&](int64_t p0, int64_t p1) {
@@ -225,7 +218,8 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
                          const int64_t a = std::max(k0, before), b = std::min(k1, before + len);
                          if (b > a) {
                            const int64_t t0 = runs[r] + (a - before);
-                           indexer_scores(q, wq, int(NH), IH, Ks + t0 * IH, b - a, sc + t0);
+                           indexer_scores_mxfp4(q, wq, int(NH), IH, keys.ik_codes.data() + t0 * (IH / 2),
+                                                keys.ik_scales.data() + t0 * (IH / 32), b - a, sc + t0);
                          }
                          before += len;
                        }

@@ -184,11 +184,18 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     toks[size_t(r)] = int(selection[size_t(r)] / k);
     rw[size_t(r)] = weights[size_t(selection[size_t(r)])];
   }
-  DS41_SCRATCH_UNINIT(uint16_t, xin, R * D, 0);  // written whole before they are read
+  // Each expert's input rows. One token (decode) reads x itself: every expert's row is the
+  // same, and the batched product below then quantizes it once for all of them instead of once
+  // per expert. (Not when a pinned selection names an expert twice: its rows would run past x.)
+  bool one_token = S == 1;
+  for (int e = 0; e < E && one_token; ++e) one_token = first[size_t(e) + 1] - first[size_t(e)] <= 1;
+  DS41_SCRATCH_UNINIT(uint16_t, xin, one_token ? 0 : R * D, 0);  // written whole before they are read
   DS41_SCRATCH_UNINIT(uint16_t, out, R * D, 0);
-  parallel_for(pool_for_work(ctx.pool, R * D), R, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) std::copy(x + int64_t(toks[r]) * D, x + int64_t(toks[r] + 1) * D, xin.data() + r * D);
-  });
+  if (!one_token)
+    parallel_for(pool_for_work(ctx.pool, R * D), R, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::copy(x + int64_t(toks[r]) * D, x + int64_t(toks[r] + 1) * D, xin.data() + r * D);
+    });
+  const auto expert_input = [&](int64_t r0) { return one_token ? x : xin.data() + r0 * D; };
   DS41_SCRATCH_UNINIT(uint16_t, shared, int64_t(S) * D, 0);  // shared expert (FP8, no routing weight)
   if (R <= kBatchedExpertRows) {
     // Rows of the routed experts first (width I), then the shared expert's S rows (width Is).
@@ -204,8 +211,8 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
       const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
       if (n == 0) continue;
       const ExpertWeights& ew = w.experts[size_t(e)];
-      jobs.push_back({xin.data() + r0 * D, n, nullptr, &ew.w1, g.data() + r0 * I});
-      jobs.push_back({xin.data() + r0 * D, n, nullptr, &ew.w3, u.data() + r0 * I});
+      jobs.push_back({expert_input(r0), n, nullptr, &ew.w1, g.data() + r0 * I});
+      jobs.push_back({expert_input(r0), n, nullptr, &ew.w3, u.data() + r0 * I});
     }
     jobs.push_back({x, S, &w.shared.w1, nullptr, g.data() + R * I});
     jobs.push_back({x, S, &w.shared.w3, nullptr, u.data() + R * I});
@@ -225,7 +232,7 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
       const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
       if (n == 0) continue;
       const ExpertWeights& ew = w.experts[size_t(e)];
-      expert_rows<Fp4Matrix>(xin.data() + r0 * D, n, ew.w1, ew.w2, ew.w3, rw.data() + r0, limit, out.data() + r0 * D,
+      expert_rows<Fp4Matrix>(expert_input(r0), n, ew.w1, ew.w2, ew.w3, rw.data() + r0, limit, out.data() + r0 * D,
                              ctx.pool, &linear_fp4);
     }
     expert_rows<Fp8Matrix>(x, S, w.shared.w1, w.shared.w2, w.shared.w3, nullptr, limit, shared.data(), ctx.pool,
