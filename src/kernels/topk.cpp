@@ -15,7 +15,10 @@ std::vector<int32_t> torch_topk_largest(const float* values, int64_t n, int64_t 
 }
 
 namespace {
-using Elem = std::pair<float, int64_t>;
+// (value, position) as torch's pair<value, int64_t>, with 32-bit positions (the result's type): the
+// algorithms compare values only, so they take the same steps, moving half the bytes (8192 bf16
+// scores, k = 128: 21.8 -> 19.3 us, the indexer's selection on the decode step's one thread).
+using Elem = std::pair<float, int32_t>;
 thread_local std::vector<Elem> t_queue;
 }  // namespace
 
@@ -28,7 +31,7 @@ void torch_topk_largest(const float* values, int64_t n, int64_t k, bool sorted, 
   scratch_reserve(t_queue, size_t(n));
   t_queue.resize(size_t(n));
   std::vector<Elem>& queue = t_queue;
-  for (int64_t j = 0; j < n; ++j) queue[size_t(j)] = {values[j], j};
+  for (int64_t j = 0; j < n; ++j) queue[size_t(j)] = {values[j], int32_t(j)};
   auto larger = [](const Elem& x, const Elem& y) {
     return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
   };
