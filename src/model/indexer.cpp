@@ -92,7 +92,8 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   int n_blocks = 0;
   for (int s = 0; s < S && !score_packed; ++s)
     if (key_block[size_t(row_key_layer[size_t(s)])] == 0) key_block[size_t(row_key_layer[size_t(s)])] = ++n_blocks;
-  DS41_SCRATCH_UNINIT(uint16_t, K, n_blocks * total * IH, planned * IH);  // every row read is written below
+  // Every row read is written below; a decode call reserves nothing (it reads no block).
+  DS41_SCRATCH_UNINIT(uint16_t, K, n_blocks * total * IH, score_packed ? 0 : planned * IH);
   const bool pool_source = lp.candidate_source;
   const bool pool_restricted = lp.uses_candidates && ctx.candidates_built;
   for (size_t l = 0; l < key_block.size(); ++l) {
