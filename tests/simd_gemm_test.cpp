@@ -350,6 +350,79 @@ TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
   }
 }
 
+// pack_fp8_rows16 lays out each group of 16 rows and 32-column block as gemm.h defines it.
+TEST(SimdGemm, Rows16LayoutIsTheDefinition) {
+  std::mt19937 rng(21);
+  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{16, 32}, {37, 96}, {64, 256}, {15, 64}}) {
+    const std::vector<uint8_t> w = random_bytes(N * K, rng);
+    const Fp8Matrix W{w.data(), nullptr, N, K};
+    ASSERT_EQ(fp8_rows16_bytes(W), N / 16 * 16 * K);
+    std::vector<uint8_t> out(size_t(fp8_rows16_bytes(W)) + 1, 0xa5);
+    pack_fp8_rows16(W, out.data());
+    for (int64_t g = 0; g + 16 <= N; g += 16)
+      for (int64_t b = 0; b < K / 32; ++b)
+        for (int64_t d = 0; d < 8; ++d)
+          for (int64_t l = 0; l < 16; ++l)
+            for (int64_t j = 0; j < 4; ++j)
+              ASSERT_EQ(out[size_t((g / 16 * (K / 32) + b) * kFp8Rows16BlockBytes + 64 * d + 4 * l + j)],
+                        w[size_t((g + l) * K + 32 * b + 4 * d + j)])
+                  << "N=" << N << " K=" << K << " g=" << g << " b=" << b << " d=" << d << " l=" << l;
+    EXPECT_EQ(out.back(), 0xa5) << "wrote past fp8_rows16_bytes";
+  }
+  const std::vector<uint8_t> w(16 * 40);
+  std::vector<uint8_t> out(16 * 40);
+  EXPECT_THROW(pack_fp8_rows16(Fp8Matrix{w.data(), nullptr, 16, 40}, out.data()), Error);
+}
+
+// The VBMI FP8 decode reading the rows16 copy: every kind of range (groups of 16 from the copy,
+// the rows around them and the N % 16 tail from the checkpoint layout), NaN codes inside copied
+// groups and in the tail, gives the twin's values and writes nothing outside the range; and so do
+// linear_fp8 and the batched call at 1-4 rows (K = 4128: 129 blocks, ragged everywhere).
+TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
+  std::mt19937 rng(22);
+  for (SimdLevel l : supported_simd_levels()) {
+    const simd::KernelTable* kt = simd::kernel_table(l);
+    ASSERT_NE(kt, nullptr);
+    if (!kt->prepare_fp8_digits) continue;  // the avx512vbmi levels only
+    for (const int64_t K : {int64_t{32}, int64_t{256}, int64_t{1024}, int64_t{4128}}) {
+      const int64_t N = 600, KB = K / 32;
+      const std::vector<uint16_t> x = random_bf16(4 * K, rng);
+      std::vector<uint8_t> w = random_e4m3(N * K, rng);
+      for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{598}})
+        w[size_t(row * K + (row * 7) % K)] = (row % 2) ? 0x7f : 0xff;
+      const std::vector<uint8_t> scale = random_scales(((N + 31) / 32) * KB, rng);
+      std::vector<uint8_t> copy(size_t(fp8_rows16_bytes(Fp8Matrix{w.data(), scale.data(), N, K})));
+      Fp8Matrix W{w.data(), scale.data(), N, K};
+      pack_fp8_rows16(W, copy.data());
+      W.rows16 = copy.data();
+      std::vector<uint16_t> twin(static_cast<size_t>(4 * N));
+      linear_fp8_reference(x.data(), 4, W, twin.data());
+      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
+      std::vector<float> scales(static_cast<size_t>(KB)), values(static_cast<size_t>(K));
+      std::vector<int8_t> digits(static_cast<size_t>(3 * K));
+      kt->prepare_fp8_row(x.data(), K, codes.data(), scales.data(), values.data(), nullptr, special.data());
+      kt->prepare_fp8_digits(codes.data(), K, digits.data());
+      ASSERT_EQ(special[0], 0);
+      const simd::Fp8Activations a{values.data(), scales.data(), codes.data(), special.data(), K, digits.data()};
+      const std::vector<uint16_t> twin_row0(twin.begin(), twin.begin() + N);
+      expect_row_ranges_match(
+          twin_row0, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp8(a, 1, W, n0, n1, y, N); },
+          [](int64_t) { return 1; }, std::string(simd_level_name(l)) + " rows16 K=" + std::to_string(K));
+      ScopedSimdLevel level(l);
+      ThreadPool pool(3);
+      for (int64_t rows = 1; rows <= 4; ++rows) {
+        std::vector<uint16_t> fast(size_t(rows * N)), batched(size_t(rows * N));
+        linear_fp8(x.data(), rows, W, fast.data(), &pool);
+        EXPECT_EQ(first_difference(fast, std::vector<uint16_t>(twin.begin(), twin.begin() + rows * N)), -1)
+            << simd_level_name(l) << " linear_fp8 rows16 K=" << K << " rows " << rows;
+        const QuantizedLinearJob job{x.data(), rows, &W, nullptr, batched.data()};
+        linear_quantized_batch(&job, 1, &pool);
+        EXPECT_EQ(first_difference(batched, fast), -1) << simd_level_name(l) << " batch rows16 K=" << K << " rows " << rows;
+      }
+    }
+  }
+}
+
 // The AVX-512 FP4 decode reads runs of 16 s rows with lanes s rows apart (fp4_decode_row_step:
 // s = 1..16 by K and the range), then groups of 16 adjacent rows, then single rows: every kind of
 // range must give the twin's values, with NaN (0xFF) scale codes in a strided group, an adjacent

@@ -33,7 +33,25 @@ struct Fp8Matrix {
   const uint8_t* w;
   const uint8_t* scale;
   int64_t N, K;
+  // Optional: the codes of rows [0, N / 16 * 16) again in the one-row decode kernel's layout
+  // (pack_fp8_rows16 below), or null. The avx512vbmi decode holds one row per 32-bit lane, 16 rows
+  // a vector; from the checkpoint's row-major codes that costs a register transpose per block and
+  // 16 read streams, from this copy neither (small preset decode: ~25 -> ~21 vector operations per
+  // 64 weight bytes). The values, and so the outputs, are the same either way.
+  const uint8_t* rows16 = nullptr;
 };
+
+// The rows16 layout: for each group of 16 rows (g = 0, 16, ...) and each 32-column block b, 512
+// bytes at (g / 16 * K / 32 + b) * 512 whose bytes 64 d + 4 l .. 64 d + 4 l + 3 are row g + l's codes
+// 32 b + 4 d .. 32 b + 4 d + 3 (d < 8, l < 16): a group's blocks in k order, the groups in row order.
+inline constexpr int64_t kFp8Rows16BlockBytes = 512;
+// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K.
+inline int64_t fp8_rows16_bytes(const Fp8Matrix& W) { return W.N / 16 * 16 * W.K; }
+// Writes W's rows16 copy into `out` (fp8_rows16_bytes(W) bytes); K must be a multiple of 32.
+void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out);
+// Whether the active kernels' one-row FP8 decode reads a rows16 copy (the avx512vbmi and amx
+// levels): where it does not, a copy would only cost memory.
+bool fp8_decode_reads_rows16();
 
 // E2M1 weight packed [N, K/2] (low nibble = even k) with E8M0 scales [N, K/32] (§2.1).
 struct Fp4Matrix {

@@ -50,6 +50,7 @@ class Loader {
     std::memcpy(buf.data(), t.data, t.nbytes);
     return reinterpret_cast<const T*>(buf.data());
   }
+  bool rows16 = false;  // give FP8 matrices a rows16 copy (fp8 below)
   const uint16_t* bf16(const std::string& name) { return aligned<uint16_t>(tensor(name, DType::BF16)); }
   const float* f32(const std::string& name) { return aligned<float>(tensor(name, DType::F32)); }
   const float* f32_optional(const std::string& name) {
@@ -68,10 +69,18 @@ class Loader {
     }
     return out;
   }
-  Fp8Matrix fp8(const std::string& base) {
+  // With `decode_copy` (and the loader's rows16 set) the matrix gets a rows16 copy for the one-row
+  // decode kernel (kernels/gemm.h).
+  Fp8Matrix fp8(const std::string& base, bool decode_copy = true) {
     const TensorInfo& w = tensor(base + ".weight", DType::F8_E4M3);
     const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
-    return Fp8Matrix{w.data, s.data, w.shape.at(0), w.shape.at(1)};
+    Fp8Matrix m{w.data, s.data, w.shape.at(0), w.shape.at(1)};
+    if (decode_copy && rows16 && m.K % 32 == 0 && m.N >= 16) {
+      auto& buf = own(size_t(fp8_rows16_bytes(m)));
+      pack_fp8_rows16(m, buf.data());
+      m.rows16 = buf.data();
+    }
+    return m;
   }
   Fp4Matrix fp4(const std::string& base) {
     const TensorInfo& w = tensor(base + ".weight", DType::I8);
@@ -99,6 +108,8 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
   w.store = store;
   advise_model_weights(*store);  // before the first read below: the hints decide the folio sizes
   Loader L(*store, w);
+  L.rows16 = fp8_decode_reads_rows16() &&
+             fp8_decode_copies(fp8_decode_copy_bytes(*store), streamed_tensor_bytes(*store), physical_ram_bytes());
   w.embed = L.bf16("embed.weight");
   w.head = L.bf16("head.weight");
   {
@@ -140,7 +151,7 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     b.kv_norm = L.bf16(a + "kv_norm.weight");
     b.attn_sink = L.f32(a + "attn_sink");
     {
-      Fp8Matrix wo_a = L.fp8(a + "wo_a");
+      Fp8Matrix wo_a = L.fp8(a + "wo_a", false);  // read as bf16 values (below), never by the FP8 decode
       auto& buf = L.own(size_t(wo_a.N * wo_a.K) * 2);
       dequant_fp8_to_bf16(wo_a, reinterpret_cast<uint16_t*>(buf.data()));
       b.wo_a = reinterpret_cast<const uint16_t*>(buf.data());
@@ -253,6 +264,21 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
   return streamed_bytes <= ram_bytes / 2 || expert_tensor_bytes >= (int64_t(4) << 20);
 }
 
+bool fp8_decode_copies(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
+  return streamed_bytes + copy_bytes <= ram_bytes / 2;
+}
+
+int64_t fp8_decode_copy_bytes(const TensorStore& store) {
+  int64_t bytes = 0;
+  for (const TensorInfo& t : store.tensors())
+    if (t.dtype == DType::F8_E4M3 && weight_use(t.name) == WeightUse::Always &&
+        t.name.find(".attn.wo_a.") == std::string::npos)
+      bytes += int64_t(t.nbytes);
+  return bytes;
+}
+
+int64_t physical_ram_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)); }
+
 int64_t streamed_tensor_bytes(const TensorStore& store) {
   int64_t bytes = 0;
   for (const TensorInfo& t : store.tensors()) {
@@ -264,7 +290,7 @@ int64_t streamed_tensor_bytes(const TensorStore& store) {
 
 void advise_model_weights(const TensorStore& store) {
   const int64_t streamed = streamed_tensor_bytes(store);
-  const int64_t ram = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  const int64_t ram = physical_ram_bytes();
   for (const TensorInfo& t : store.tensors()) {
     const WeightUse use = weight_use(t.name);
     if (use == WeightUse::Always ||

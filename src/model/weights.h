@@ -165,6 +165,18 @@ int64_t streamed_tensor_bytes(const TensorStore& store);
 // so then only expert tensors of at least 4 MiB (the released model's: 5.9 MB) get them.
 bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_bytes, int64_t ram_bytes);
 
+// Whether the FP8 matrices get rows16 copies for the one-row decode kernel (kernels/gemm.h, where
+// that kernel runs): when the copies (`copy_bytes`, fp8_decode_copy_bytes) and every tensor read
+// whole (`streamed_bytes`) fit in half the machine's RAM. The copies are anonymous memory, kept
+// beside the mapped originals (prefill reads those); where the model does not fit that memory is
+// better left to the page cache of the routed experts.
+bool fp8_decode_copies(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes);
+// Bytes of the FP8 weights that would get rows16 copies: every token's FP8 matrices except wo_a
+// (read as bf16 values).
+int64_t fp8_decode_copy_bytes(const TensorStore& store);
+// The machine's physical memory (sysconf).
+int64_t physical_ram_bytes();
+
 // mlock(2) of the mapped tensors every token reads and of the routed experts (not the Engram
 // tables, whose touched rows are few and which can be far larger than RAM). Returns the bytes
 // locked; throws ds41::Error when the kernel refuses (with what to do about it).

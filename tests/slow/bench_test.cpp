@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
@@ -16,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "base/error.h"
 #include "io/safetensors.h"
+#include "kernels/gemm.h"
 #include "runtime/bench.h"
 #include "test_paths.h"
 #include "../tiny_model.h"
@@ -268,6 +270,35 @@ TEST(WeightResidency, RoutedExpertsGetHugePagesWhenTheyStayOrAreLarge) {
   EXPECT_FALSE(routed_expert_huge_pages(4 * MiB - 1, 31 * GiB, 24 * GiB));
   EXPECT_TRUE(routed_expert_huge_pages(4 * MiB, 31 * GiB, 24 * GiB));    // large enough for 2 MiB reads
   EXPECT_TRUE(routed_expert_huge_pages(5898240, 300 * GiB, 128 * GiB));  // the released model's w1
+}
+
+TEST(WeightResidency, Fp8DecodeCopiesOnlyWhereTheyFit) {
+  const int64_t GiB = int64_t(1) << 30;
+  EXPECT_TRUE(fp8_decode_copies(65 << 20, 1 * GiB, 24 * GiB));     // the small preset
+  EXPECT_TRUE(fp8_decode_copies(2 * GiB, 10 * GiB, 24 * GiB));     // exactly half
+  EXPECT_FALSE(fp8_decode_copies(2 * GiB, 11 * GiB, 24 * GiB));    // the experts' page cache needs it
+  EXPECT_FALSE(fp8_decode_copies(7 * GiB, 286 * GiB, 512 * GiB));  // the released model on 512 GiB
+  EXPECT_TRUE(fp8_decode_copies(7 * GiB, 286 * GiB, 768 * GiB));
+}
+
+// Where the decode kernel reads rows16 copies (and the tiny model fits, as it does anywhere),
+// every FP8 matrix of a block has one, byte for byte pack_fp8_rows16 of its codes; elsewhere none.
+TEST(WeightResidency, LoaderGivesFp8CopiesWhereTheDecodeReadsThem) {
+  auto model = Model::load(test::tiny_model_dir(true));
+  const bool copies = fp8_decode_reads_rows16();
+  int checked = 0;
+  for (const BlockWeights& b : model->weights().blocks) {
+    for (const Fp8Matrix* m : {&b.wq_a, &b.wq_b, &b.wkv, &b.wo_b, &b.shared.w1, &b.shared.w2, &b.shared.w3}) {
+      if (!m->w) continue;
+      ASSERT_EQ(m->rows16 != nullptr, copies && m->N >= 16) << "N=" << m->N << " K=" << m->K;
+      if (!m->rows16) continue;
+      std::vector<uint8_t> want(size_t(fp8_rows16_bytes(*m)));
+      pack_fp8_rows16(*m, want.data());
+      EXPECT_EQ(std::memcmp(want.data(), m->rows16, want.size()), 0) << "N=" << m->N << " K=" << m->K;
+      ++checked;
+    }
+  }
+  if (copies) EXPECT_GT(checked, 0);
 }
 
 int64_t locked_kib() {
