@@ -312,6 +312,20 @@ void expect_row_ranges_match(const std::vector<uint16_t>& twin, const Decode& de
   }
 }
 
+// One activation row prepared for the VBMI FP8 decode (act_quant codes and scales, digit planes).
+struct DecodeRow {
+  std::vector<uint8_t> codes, special;
+  std::vector<float> scales, values;
+  std::vector<int8_t> digits;
+  simd::Fp8Activations a;
+  DecodeRow(const simd::KernelTable& kt, const uint16_t* x, int64_t K)
+      : codes(size_t(K)), special(1), scales(size_t(K / 32)), values(size_t(K)), digits(size_t(3 * K)) {
+    kt.prepare_fp8_row(x, K, codes.data(), scales.data(), values.data(), nullptr, special.data());
+    kt.prepare_fp8_digits(codes.data(), K, digits.data());
+    a = simd::Fp8Activations{values.data(), scales.data(), codes.data(), special.data(), K, digits.data()};
+  }
+};
+
 // NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results
 // must still be the twin's bits (NaN payloads included), and only where the NaN reaches.
 // The VBMI FP8 decode reads runs of 16 s rows with lanes s rows apart (s = 1..16 by K and the
@@ -335,13 +349,9 @@ TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
       const Fp8Matrix W{w.data(), scale.data(), N, K};
       std::vector<uint16_t> twin(static_cast<size_t>(N));
       linear_fp8_reference(x.data(), 1, W, twin.data());
-      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
-      std::vector<float> scales(static_cast<size_t>(KB)), values(static_cast<size_t>(K));
-      std::vector<int8_t> digits(static_cast<size_t>(3 * K));
-      kt->prepare_fp8_row(x.data(), K, codes.data(), scales.data(), values.data(), nullptr, special.data());
-      kt->prepare_fp8_digits(codes.data(), K, digits.data());
-      ASSERT_EQ(special[0], 0);
-      const simd::Fp8Activations a{values.data(), scales.data(), codes.data(), special.data(), K, digits.data()};
+      const DecodeRow row(*kt, x.data(), K);
+      ASSERT_EQ(row.special[0], 0);
+      const simd::Fp8Activations& a = row.a;
       expect_row_ranges_match(
           twin, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp8(a, 1, W, n0, n1, y, N); },
           [&](int64_t rows) { return simd::fp8_decode_row_step(K, rows); },
@@ -397,13 +407,9 @@ TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
       W.rows16 = copy.data();
       std::vector<uint16_t> twin(static_cast<size_t>(4 * N));
       linear_fp8_reference(x.data(), 4, W, twin.data());
-      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
-      std::vector<float> scales(static_cast<size_t>(KB)), values(static_cast<size_t>(K));
-      std::vector<int8_t> digits(static_cast<size_t>(3 * K));
-      kt->prepare_fp8_row(x.data(), K, codes.data(), scales.data(), values.data(), nullptr, special.data());
-      kt->prepare_fp8_digits(codes.data(), K, digits.data());
-      ASSERT_EQ(special[0], 0);
-      const simd::Fp8Activations a{values.data(), scales.data(), codes.data(), special.data(), K, digits.data()};
+      const DecodeRow row(*kt, x.data(), K);
+      ASSERT_EQ(row.special[0], 0);
+      const simd::Fp8Activations& a = row.a;
       const std::vector<uint16_t> twin_row0(twin.begin(), twin.begin() + N);
       expect_row_ranges_match(
           twin_row0, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp8(a, 1, W, n0, n1, y, N); },
