@@ -629,7 +629,9 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     const bool decode = jobs[j].M <= simd::kDecodeRowsMax && !prepared[size_t(j)].amx;
     // Decode tiles: a multiple of the VBMI FP8 and AVX-512 FP4 decodes' runs of rows (two or more
     // per thread).
-    const int64_t group = prepared[size_t(j)].digits ? (jobs[j].fp8->rows16 ? 16 : 16 * simd::fp8_decode_row_step(K, N / (2 * threads)))
+    // (From a rows16 copy the FP8 decode reads groups of 16 adjacent rows.)
+    const int64_t group = prepared[size_t(j)].digits && !jobs[j].fp8->rows16
+                              ? 16 * simd::fp8_decode_row_step(K, N / (2 * threads))
                           : jobs[j].fp4 && kt.fp4_decode_runs ? 16 * simd::fp4_decode_row_step(K, N / (2 * threads))
                                                               : 16;
     const int64_t col_tile = simd_col_tile(N, threads, decode ? group : 32, decode);
@@ -860,7 +862,7 @@ bool fp8_packable(const Fp8Matrix& W) {
 
 void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out) {
   if (W.K % kBlock != 0) throw Error("pack_fp8_rows16: K = " + std::to_string(W.K) + " is not a multiple of 32");
-  const int64_t K = W.K, KB = K / kBlock;
+  const int64_t K = W.K;
   // Written in order, 4 bytes of each of the 16 rows in turn (16 forward read streams).
   for (int64_t g = 0; g + 16 <= W.N; g += 16) {
     const uint8_t* rows = W.w + g * K;
