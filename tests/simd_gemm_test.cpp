@@ -471,6 +471,83 @@ TEST(SimdGemm, Fp4DecodeRowRangesMatchTwin) {
   }
 }
 
+// pack_fp4_rows16 lays out each group of 16 rows and 32-column block (16 bytes a row) as gemm.h
+// defines it.
+TEST(SimdGemm, Fp4Rows16LayoutIsTheDefinition) {
+  std::mt19937 rng(23);
+  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{16, 32}, {37, 96}, {64, 256}, {15, 64}}) {
+    const std::vector<uint8_t> w = random_bytes(N * K / 2, rng);
+    const Fp4Matrix W{w.data(), nullptr, N, K};
+    ASSERT_EQ(fp4_rows16_bytes(W), N / 16 * 16 * K / 2);
+    std::vector<uint8_t> out(size_t(fp4_rows16_bytes(W)) + 1, 0xa5);
+    pack_fp4_rows16(W, out.data());
+    for (int64_t g = 0; g + 16 <= N; g += 16)
+      for (int64_t b = 0; b < K / 32; ++b)
+        for (int64_t d = 0; d < 4; ++d)
+          for (int64_t l = 0; l < 16; ++l)
+            for (int64_t j = 0; j < 4; ++j)
+              ASSERT_EQ(out[size_t((g / 16 * (K / 32) + b) * kFp4Rows16BlockBytes + 64 * d + 4 * l + j)],
+                        w[size_t((g + l) * K / 2 + 16 * b + 4 * d + j)])
+                  << "N=" << N << " K=" << K << " g=" << g << " b=" << b << " d=" << d << " l=" << l;
+    EXPECT_EQ(out.back(), 0xa5) << "wrote past fp4_rows16_bytes";
+  }
+  const std::vector<uint8_t> w(16 * 20);
+  std::vector<uint8_t> out(16 * 20);
+  EXPECT_THROW(pack_fp4_rows16(Fp4Matrix{w.data(), nullptr, 16, 40}, out.data()), Error);
+}
+
+// The AVX-512 FP4 decode reading the rows16 copy: every kind of range (groups of 16 from the
+// copy, up to four streams side by side, the rows around them and the N % 16 tail from the
+// checkpoint layout), NaN (0xFF) scale codes inside copied groups and in the tail, block counts
+// that leave the 16-block scale loads ragged: the twin's values and nothing written outside the
+// range; and so for linear_fp4 and the batched call at 1-4 rows.
+TEST(SimdGemm, Fp4DecodeFromRows16CopyMatchesTwin) {
+  std::mt19937 rng(24);
+  for (SimdLevel l : supported_simd_levels()) {
+    const simd::KernelTable* kt = simd::kernel_table(l);
+    ASSERT_NE(kt, nullptr);
+    if (!kt->fp4_decode_runs) continue;  // the AVX-512 levels only
+    for (const int64_t K : {int64_t{32}, int64_t{256}, int64_t{1024}, int64_t{2336}}) {
+      const int64_t N = 600, KB = K / 32;
+      const std::vector<uint16_t> x = random_bf16(4 * K, rng);
+      const std::vector<uint8_t> w = random_bytes(N * K / 2, rng);
+      std::vector<uint8_t> scale = random_scales(N * KB, rng);
+      for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{598}})
+        scale[size_t(row * KB + (row * 7) % KB)] = 0xFF;
+      Fp4Matrix W{w.data(), scale.data(), N, K};
+      std::vector<uint8_t> copy(size_t(fp4_rows16_bytes(W)));
+      pack_fp4_rows16(W, copy.data());
+      W.rows16 = copy.data();
+      std::vector<uint16_t> twin(static_cast<size_t>(4 * N));
+      linear_fp4_reference(x.data(), 4, W, twin.data());
+      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
+      std::vector<float> raw_scales(static_cast<size_t>(KB)), scales(static_cast<size_t>(KB));
+      std::vector<int8_t> chunks(static_cast<size_t>(simd::fp4_chunk_row_bytes(K)));
+      std::vector<int32_t> offsets(static_cast<size_t>(KB));
+      kt->prepare_fp4_row(x.data(), K, codes.data(), raw_scales.data(), chunks.data(), offsets.data(), scales.data(),
+                          special.data());
+      ASSERT_EQ(special[0], 0);
+      const simd::Fp4Activations a{chunks.data(), offsets.data(), scales.data(), codes.data(),
+                                   raw_scales.data(), special.data(), K};
+      expect_row_ranges_match(
+          std::vector<uint16_t>(twin.begin(), twin.begin() + N),
+          [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp4(a, 1, W, n0, n1, y, N); }, [](int64_t) { return 1; },
+          std::string(simd_level_name(l)) + " rows16 K=" + std::to_string(K));
+      ScopedSimdLevel level(l);
+      ThreadPool pool(3);
+      for (int64_t rows = 1; rows <= 4; ++rows) {
+        std::vector<uint16_t> fast(size_t(rows * N)), batched(size_t(rows * N));
+        linear_fp4(x.data(), rows, W, fast.data(), &pool);
+        EXPECT_EQ(first_difference(fast, std::vector<uint16_t>(twin.begin(), twin.begin() + rows * N)), -1)
+            << simd_level_name(l) << " linear_fp4 rows16 K=" << K << " rows " << rows;
+        const QuantizedLinearJob job{x.data(), rows, nullptr, &W, batched.data()};
+        linear_quantized_batch(&job, 1, &pool);
+        EXPECT_EQ(first_difference(batched, fast), -1) << simd_level_name(l) << " batch rows16 K=" << K << " rows " << rows;
+      }
+    }
+  }
+}
+
 TEST(SimdGemm, NaNsTakeTheTwinsArithmetic) {
   const auto levels = supported_simd_levels();
   if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";

@@ -629,11 +629,12 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     const bool decode = jobs[j].M <= simd::kDecodeRowsMax && !prepared[size_t(j)].amx;
     // Decode tiles: a multiple of the VBMI FP8 and AVX-512 FP4 decodes' runs of rows (two or more
     // per thread).
-    // (From a rows16 copy the FP8 decode reads groups of 16 adjacent rows.)
+    // (From a rows16 copy both read groups of 16 adjacent rows.)
     const int64_t group = prepared[size_t(j)].digits && !jobs[j].fp8->rows16
                               ? 16 * simd::fp8_decode_row_step(K, N / (2 * threads))
-                          : jobs[j].fp4 && kt.fp4_decode_runs ? 16 * simd::fp4_decode_row_step(K, N / (2 * threads))
-                                                              : 16;
+                          : jobs[j].fp4 && kt.fp4_decode_runs && !jobs[j].fp4->rows16
+                              ? 16 * simd::fp4_decode_row_step(K, N / (2 * threads))
+                              : 16;
     const int64_t col_tile = simd_col_tile(N, threads, decode ? group : 32, decode);
     for (int64_t n0 = 0; n0 < N; n0 += col_tile) tiles.push_back(Tile{j, n0, std::min(N, n0 + col_tile)});
   }
@@ -860,21 +861,37 @@ bool fp8_packable(const Fp8Matrix& W) {
   return true;
 }
 
+namespace {
+// The rows16 layout of both formats over a matrix's bytes (row_bytes a multiple of 4): each group
+// of 16 rows, 4 bytes of each row in turn, written in order (16 forward read streams).
+void pack_rows16(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out) {
+  for (int64_t g = 0; g + 16 <= N; g += 16) {
+    const uint8_t* rows = w + g * row_bytes;
+    uint8_t* at = out + g * row_bytes;
+    for (int64_t k = 0; k < row_bytes; k += 4)
+      for (int64_t l = 0; l < 16; ++l, at += 4) std::memcpy(at, rows + l * row_bytes + k, 4);
+  }
+}
+}  // namespace
+
 void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out) {
   if (W.K % kBlock != 0) throw Error("pack_fp8_rows16: K = " + std::to_string(W.K) + " is not a multiple of 32");
-  const int64_t K = W.K;
-  // Written in order, 4 bytes of each of the 16 rows in turn (16 forward read streams).
-  for (int64_t g = 0; g + 16 <= W.N; g += 16) {
-    const uint8_t* rows = W.w + g * K;
-    uint8_t* at = out + g * K;
-    for (int64_t k = 0; k < K; k += 4)
-      for (int64_t l = 0; l < 16; ++l, at += 4) std::memcpy(at, rows + l * K + k, 4);
-  }
+  pack_rows16(W.w, W.N, W.K, out);
+}
+
+void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out) {
+  if (W.K % kBlock != 0) throw Error("pack_fp4_rows16: K = " + std::to_string(W.K) + " is not a multiple of 32");
+  pack_rows16(W.w, W.N, W.K / 2, out);
 }
 
 bool fp8_decode_reads_rows16() {
   const simd::KernelTable* kt = simd::active_kernels();
   return kt && kt->prepare_fp8_digits;  // the VBMI decode (simd_fp8_decode.inc)
+}
+
+bool fp4_decode_reads_rows16() {
+  const simd::KernelTable* kt = simd::active_kernels();
+  return kt && kt->fp4_decode_runs;  // the AVX-512 side-by-side decode (simd_gemm.inc)
 }
 
 void pack_fp8_rows(const Fp8Matrix& W, uint8_t* out, ThreadPool* pool) {

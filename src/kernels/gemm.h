@@ -59,7 +59,25 @@ struct Fp4Matrix {
   const uint8_t* w;
   const uint8_t* scale;
   int64_t N, K;
+  // Optional: the bytes of rows [0, N / 16 * 16) again in the AVX-512 one-row decode's layout
+  // (pack_fp4_rows16 below), or null. That decode holds one row per 32-bit lane, 16 rows a
+  // vector; from the checkpoint's rows it reads 16 streams, one page apart, and transposes every
+  // block in registers; from this copy it reads whole vectors, four forward streams a thread
+  // (simd_gemm.inc). The values, and so the outputs, are the same either way.
+  const uint8_t* rows16 = nullptr;
 };
+
+// The FP4 rows16 layout: pack_fp8_rows16's with the matrix's bytes for codes - for each group of
+// 16 rows and each 32-column block b (16 bytes of a row), 256 bytes at (g / 16 * K / 32 + b) * 256
+// whose bytes 64 d + 4 l .. 64 d + 4 l + 3 are row g + l's bytes 16 b + 4 d .. 16 b + 4 d + 3
+// (d < 4, l < 16).
+inline constexpr int64_t kFp4Rows16BlockBytes = 256;
+// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K / 2.
+inline int64_t fp4_rows16_bytes(const Fp4Matrix& W) { return W.N / 16 * 16 * (W.K / 2); }
+// Writes W's rows16 copy into `out` (fp4_rows16_bytes(W) bytes); K must be a multiple of 32.
+void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out);
+// Whether the active kernels' one-row FP4 decode reads a rows16 copy (the AVX-512 levels).
+bool fp4_decode_reads_rows16();
 
 // ---- fast paths ------------------------------------------------------------------------------
 // act_quant(x) per row (block 32, §3.1), then the block-scaled GEMM of §3.3, bf16 out.

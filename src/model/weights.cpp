@@ -50,7 +50,7 @@ class Loader {
     std::memcpy(buf.data(), t.data, t.nbytes);
     return reinterpret_cast<const T*>(buf.data());
   }
-  bool rows16 = false;  // give FP8 matrices a rows16 copy (fp8 below)
+  bool fp8_rows16 = false, fp4_rows16 = false;  // give the matrices rows16 copies (fp8, fp4 below)
   const uint16_t* bf16(const std::string& name) { return aligned<uint16_t>(tensor(name, DType::BF16)); }
   const float* f32(const std::string& name) { return aligned<float>(tensor(name, DType::F32)); }
   const float* f32_optional(const std::string& name) {
@@ -75,7 +75,7 @@ class Loader {
     const TensorInfo& w = tensor(base + ".weight", DType::F8_E4M3);
     const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
     Fp8Matrix m{w.data, s.data, w.shape.at(0), w.shape.at(1)};
-    if (decode_copy && rows16 && m.K % 32 == 0 && m.N >= 16) {
+    if (decode_copy && fp8_rows16 && m.K % 32 == 0 && m.N >= 16) {
       auto& buf = own(size_t(fp8_rows16_bytes(m)));
       pack_fp8_rows16(m, buf.data());
       m.rows16 = buf.data();
@@ -85,7 +85,13 @@ class Loader {
   Fp4Matrix fp4(const std::string& base) {
     const TensorInfo& w = tensor(base + ".weight", DType::I8);
     const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
-    return Fp4Matrix{w.data, s.data, w.shape.at(0), w.shape.at(1) * 2};
+    Fp4Matrix m{w.data, s.data, w.shape.at(0), w.shape.at(1) * 2};
+    if (fp4_rows16 && m.K % 32 == 0 && m.N >= 16) {
+      auto& buf = own(size_t(fp4_rows16_bytes(m)));
+      pack_fp4_rows16(m, buf.data());
+      m.rows16 = buf.data();
+    }
+    return m;
   }
   // Zero-filled; aligned to at least 16 bytes, enough for every element type used here. Large
   // ones start on huge pages (base/byte_buffer.h).
@@ -108,8 +114,14 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
   w.store = store;
   advise_model_weights(*store);  // before the first read below: the hints decide the folio sizes
   Loader L(*store, w);
-  L.rows16 = fp8_decode_reads_rows16() &&
-             fp8_decode_copies(fp8_decode_copy_bytes(*store), streamed_tensor_bytes(*store), physical_ram_bytes());
+  {
+    // The FP8 copies first (every token reads those matrices), then the experts' if they fit too.
+    const int64_t streamed = streamed_tensor_bytes(*store), ram = physical_ram_bytes();
+    const int64_t fp8_copies = fp8_decode_reads_rows16() ? fp8_decode_copy_bytes(*store) : 0;
+    L.fp8_rows16 = fp8_copies > 0 && decode_copies_fit(fp8_copies, streamed, ram);
+    const int64_t fp4_copies = fp4_decode_reads_rows16() ? fp4_decode_copy_bytes(*store) : 0;
+    L.fp4_rows16 = fp4_copies > 0 && decode_copies_fit((L.fp8_rows16 ? fp8_copies : 0) + fp4_copies, streamed, ram);
+  }
   w.embed = L.bf16("embed.weight");
   w.head = L.bf16("head.weight");
   {
@@ -264,7 +276,7 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
   return streamed_bytes <= ram_bytes / 2 || expert_tensor_bytes >= (int64_t(4) << 20);
 }
 
-bool fp8_decode_copies(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
+bool decode_copies_fit(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
   return streamed_bytes + copy_bytes <= ram_bytes / 2;
 }
 
@@ -274,6 +286,13 @@ int64_t fp8_decode_copy_bytes(const TensorStore& store) {
     if (t.dtype == DType::F8_E4M3 && weight_use(t.name) == WeightUse::Always &&
         t.name.find(".attn.wo_a.") == std::string::npos)
       bytes += int64_t(t.nbytes);
+  return bytes;
+}
+
+int64_t fp4_decode_copy_bytes(const TensorStore& store) {
+  int64_t bytes = 0;
+  for (const TensorInfo& t : store.tensors())
+    if (t.dtype == DType::I8) bytes += int64_t(t.nbytes);  // the packed FP4 codes (their scales are E8M0)
   return bytes;
 }
 

@@ -165,15 +165,18 @@ int64_t streamed_tensor_bytes(const TensorStore& store);
 // so then only expert tensors of at least 4 MiB (the released model's: 5.9 MB) get them.
 bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_bytes, int64_t ram_bytes);
 
-// Whether the FP8 matrices get rows16 copies for the one-row decode kernel (kernels/gemm.h, where
-// that kernel runs): when the copies (`copy_bytes`, fp8_decode_copy_bytes) and every tensor read
-// whole (`streamed_bytes`) fit in half the machine's RAM. The copies are anonymous memory, kept
-// beside the mapped originals (prefill reads those); where the model does not fit that memory is
-// better left to the page cache of the routed experts.
-bool fp8_decode_copies(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes);
+// Whether rows16 copies (kernels/gemm.h) for the one-row decode kernels, `copy_bytes` of them, are
+// made at load: when they and every tensor read whole (`streamed_bytes`) fit in half the machine's
+// RAM. The copies are anonymous memory, kept beside the mapped originals (prefill reads those);
+// where the model does not fit, that memory is better left to the page cache of the routed
+// experts. The FP8 copies are decided first (fp8_decode_copy_bytes: every token reads them), then
+// the FP4 ones (fp4_decode_copy_bytes) on top of those.
+bool decode_copies_fit(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes);
 // Bytes of the FP8 weights that would get rows16 copies: every token's FP8 matrices except wo_a
 // (read as bf16 values).
 int64_t fp8_decode_copy_bytes(const TensorStore& store);
+// Bytes of the FP4 weights (the experts, routed and the draft head's) that would get rows16 copies.
+int64_t fp4_decode_copy_bytes(const TensorStore& store);
 // The machine's physical memory (sysconf).
 int64_t physical_ram_bytes();
 

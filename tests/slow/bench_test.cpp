@@ -272,33 +272,49 @@ TEST(WeightResidency, RoutedExpertsGetHugePagesWhenTheyStayOrAreLarge) {
   EXPECT_TRUE(routed_expert_huge_pages(5898240, 300 * GiB, 128 * GiB));  // the released model's w1
 }
 
-TEST(WeightResidency, Fp8DecodeCopiesOnlyWhereTheyFit) {
-  const int64_t GiB = int64_t(1) << 30;
-  EXPECT_TRUE(fp8_decode_copies(65 << 20, 1 * GiB, 24 * GiB));     // the small preset
-  EXPECT_TRUE(fp8_decode_copies(2 * GiB, 10 * GiB, 24 * GiB));     // exactly half
-  EXPECT_FALSE(fp8_decode_copies(2 * GiB, 11 * GiB, 24 * GiB));    // the experts' page cache needs it
-  EXPECT_FALSE(fp8_decode_copies(7 * GiB, 286 * GiB, 512 * GiB));  // the released model on 512 GiB
-  EXPECT_TRUE(fp8_decode_copies(7 * GiB, 286 * GiB, 768 * GiB));
+TEST(WeightResidency, DecodeCopiesOnlyWhereTheyFit) {
+  const int64_t GiB = int64_t(1) << 30, MiB = int64_t(1) << 20;
+  EXPECT_TRUE(decode_copies_fit(65 * MiB, 1 * GiB, 24 * GiB));           // the small preset's FP8 copies
+  EXPECT_TRUE(decode_copies_fit(65 * MiB + 315 * MiB, 1 * GiB, 24 * GiB));  // and its experts'
+  EXPECT_TRUE(decode_copies_fit(2 * GiB, 10 * GiB, 24 * GiB));           // exactly half
+  EXPECT_FALSE(decode_copies_fit(2 * GiB, 11 * GiB, 24 * GiB));          // the experts' page cache needs it
+  EXPECT_FALSE(decode_copies_fit(7 * GiB, 286 * GiB, 512 * GiB));        // the released model on 512 GiB
+  EXPECT_TRUE(decode_copies_fit(7 * GiB, 286 * GiB, 768 * GiB));
 }
 
-// Where the decode kernel reads rows16 copies (and the tiny model fits, as it does anywhere),
-// every FP8 matrix of a block has one, byte for byte pack_fp8_rows16 of its codes; elsewhere none.
-TEST(WeightResidency, LoaderGivesFp8CopiesWhereTheDecodeReadsThem) {
+// Where the decode kernels read rows16 copies (and the tiny model fits, as it does anywhere),
+// every FP8 matrix of a block and every expert matrix has one, byte for byte pack_fp8_rows16 /
+// pack_fp4_rows16 of its codes; elsewhere none.
+TEST(WeightResidency, LoaderGivesCopiesWhereTheDecodeReadsThem) {
   auto model = Model::load(test::tiny_model_dir(true));
-  const bool copies = fp8_decode_reads_rows16();
-  int checked = 0;
+  const bool fp8_copies = fp8_decode_reads_rows16(), fp4_copies = fp4_decode_reads_rows16();
+  int checked8 = 0, checked4 = 0;
   for (const BlockWeights& b : model->weights().blocks) {
     for (const Fp8Matrix* m : {&b.wq_a, &b.wq_b, &b.wkv, &b.wo_b, &b.shared.w1, &b.shared.w2, &b.shared.w3}) {
       if (!m->w) continue;
-      ASSERT_EQ(m->rows16 != nullptr, copies && m->N >= 16) << "N=" << m->N << " K=" << m->K;
+      ASSERT_EQ(m->rows16 != nullptr, fp8_copies && m->N >= 16) << "N=" << m->N << " K=" << m->K;
       if (!m->rows16) continue;
       std::vector<uint8_t> want(size_t(fp8_rows16_bytes(*m)));
       pack_fp8_rows16(*m, want.data());
       EXPECT_EQ(std::memcmp(want.data(), m->rows16, want.size()), 0) << "N=" << m->N << " K=" << m->K;
-      ++checked;
+      ++checked8;
     }
+    for (const ExpertWeights& e : b.experts)
+      for (const Fp4Matrix* m : {&e.w1, &e.w2, &e.w3}) {
+        ASSERT_EQ(m->rows16 != nullptr, fp4_copies && m->N >= 16) << "N=" << m->N << " K=" << m->K;
+        if (!m->rows16) continue;
+        std::vector<uint8_t> want(size_t(fp4_rows16_bytes(*m)));
+        pack_fp4_rows16(*m, want.data());
+        EXPECT_EQ(std::memcmp(want.data(), m->rows16, want.size()), 0) << "N=" << m->N << " K=" << m->K;
+        ++checked4;
+      }
   }
-  if (copies) EXPECT_GT(checked, 0);
+  if (fp8_copies) {
+    EXPECT_GT(checked8, 0);
+  }
+  if (fp4_copies) {
+    EXPECT_GT(checked4, 0);
+  }
 }
 
 int64_t locked_kib() {
