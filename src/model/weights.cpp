@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -147,12 +148,12 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
   advise_model_weights(*store);  // before the first read below: the hints decide the folio sizes
   Loader L(*store, w);
   {
-    // The FP8 copies first (every token reads those matrices), then the experts' if they fit too.
-    const int64_t streamed = streamed_tensor_bytes(*store), ram = physical_ram_bytes();
-    const int64_t fp8_copies = fp8_decode_reads_rows16() ? fp8_decode_copy_bytes(*store) : 0;
-    L.fp8_rows16 = fp8_copies > 0 && decode_copies_fit(fp8_copies, streamed, ram);
-    const int64_t fp4_copies = fp4_decode_reads_rows16() ? fp4_decode_copy_bytes(*store) : 0;
-    L.fp4_rows16 = fp4_copies > 0 && decode_copies_fit((L.fp8_rows16 ? fp8_copies : 0) + fp4_copies, streamed, ram);
+    const char* mode = std::getenv("DS41_DECODE_COPIES");
+    const DecodeCopies copies = plan_decode_copies(
+        mode ? mode : "", fp8_decode_reads_rows16() ? fp8_decode_copy_bytes(*store) : 0,
+        fp4_decode_reads_rows16() ? fp4_decode_copy_bytes(*store) : 0, streamed_tensor_bytes(*store), physical_ram_bytes());
+    L.fp8_rows16 = copies.fp8;
+    L.fp4_rows16 = copies.fp4;
   }
   w.embed = L.bf16("embed.weight");
   w.head = L.bf16("head.weight");
@@ -311,6 +312,19 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
 
 bool decode_copies_fit(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
   return streamed_bytes + copy_bytes <= ram_bytes / 2;
+}
+
+DecodeCopies plan_decode_copies(const std::string& mode, int64_t fp8_bytes, int64_t fp4_bytes, int64_t streamed_bytes,
+                                int64_t ram_bytes) {
+  if (!mode.empty() && mode != "auto" && mode != "fp8" && mode != "none")
+    throw Error("DS41_DECODE_COPIES=" + mode + ": unknown value (use auto, fp8 or none)");
+  DecodeCopies c;
+  if (mode == "none") return c;
+  // The FP8 copies first (every token reads those matrices), then the experts' if they fit too.
+  c.fp8 = fp8_bytes > 0 && decode_copies_fit(fp8_bytes, streamed_bytes, ram_bytes);
+  c.fp4 = mode != "fp8" && fp4_bytes > 0 &&
+          decode_copies_fit((c.fp8 ? fp8_bytes : 0) + fp4_bytes, streamed_bytes, ram_bytes);
+  return c;
 }
 
 int64_t fp8_decode_copy_bytes(const TensorStore& store) {

@@ -172,6 +172,16 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
 // experts. The FP8 copies are decided first (fp8_decode_copy_bytes: every token reads them), then
 // the FP4 ones (fp4_decode_copy_bytes) on top of those.
 bool decode_copies_fit(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes);
+// Which rows16 copies load makes. `mode` is DS41_DECODE_COPIES: "auto" (or empty: as
+// decode_copies_fit allows), "fp8" (the FP8 ones only, where they fit) or "none" (load stays a
+// mapping, at the decode's cost; the copies' fresh pages are most of a load's time on a VM that
+// hands freed memory back to its host). A byte count of 0 means the kernels read no such copy.
+// Throws Error on another mode.
+struct DecodeCopies {
+  bool fp8 = false, fp4 = false;
+};
+DecodeCopies plan_decode_copies(const std::string& mode, int64_t fp8_bytes, int64_t fp4_bytes, int64_t streamed_bytes,
+                                int64_t ram_bytes);
 // Bytes of the FP8 weights that would get rows16 copies: every token's FP8 matrices except wo_a
 // (read as bf16 values).
 int64_t fp8_decode_copy_bytes(const TensorStore& store);

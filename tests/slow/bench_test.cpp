@@ -282,6 +282,29 @@ TEST(WeightResidency, DecodeCopiesOnlyWhereTheyFit) {
   EXPECT_TRUE(decode_copies_fit(7 * GiB, 286 * GiB, 768 * GiB));
 }
 
+TEST(WeightResidency, DecodeCopiesPlanFollowsTheModeAndTheRoom) {
+  const int64_t GiB = int64_t(1) << 30, MiB = int64_t(1) << 20;
+  for (const std::string mode : {"", "auto"}) {
+    const DecodeCopies both = plan_decode_copies(mode, 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
+    EXPECT_TRUE(both.fp8 && both.fp4) << mode;
+    // the released widths' 6 layers on 24 GiB: both fit; on 16 GiB only the FP8 ones
+    const DecodeCopies wide = plan_decode_copies(mode, 1300 * MiB, 2500 * MiB, 7 * GiB, 24 * GiB);
+    EXPECT_TRUE(wide.fp8 && wide.fp4) << mode;
+    const DecodeCopies smaller = plan_decode_copies(mode, 1300 * MiB, 2500 * MiB, 7 * GiB, 17 * GiB);
+    EXPECT_TRUE(smaller.fp8 && !smaller.fp4) << mode;
+    const DecodeCopies neither = plan_decode_copies(mode, 1300 * MiB, 2500 * MiB, 7 * GiB, 14 * GiB);
+    EXPECT_FALSE(neither.fp8 || neither.fp4) << mode;
+    // experts alone fit when no FP8 copy is read (a kernel level without the VBMI decode)
+    const DecodeCopies fp4_only = plan_decode_copies(mode, 0, 2500 * MiB, 7 * GiB, 20 * GiB);
+    EXPECT_TRUE(!fp4_only.fp8 && fp4_only.fp4) << mode;
+  }
+  const DecodeCopies fp8 = plan_decode_copies("fp8", 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
+  EXPECT_TRUE(fp8.fp8 && !fp8.fp4);
+  const DecodeCopies none = plan_decode_copies("none", 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
+  EXPECT_FALSE(none.fp8 || none.fp4);
+  EXPECT_THROW(plan_decode_copies("fp4", 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB), Error);
+}
+
 // Where the decode kernels read rows16 copies (and the tiny model fits, as it does anywhere),
 // every FP8 matrix of a block and every expert matrix has one, byte for byte pack_fp8_rows16 /
 // pack_fp4_rows16 of its codes; elsewhere none.
