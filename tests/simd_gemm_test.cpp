@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -327,6 +328,23 @@ struct DecodeRow {
   }
 };
 
+// One activation row prepared for the FP4 kernels (act_quant codes and scales, chunk planes).
+struct Fp4DecodeRow {
+  std::vector<uint8_t> codes, special;
+  std::vector<float> raw_scales, scales;
+  std::vector<int8_t> chunks;
+  std::vector<int32_t> offsets;
+  simd::Fp4Activations a;
+  Fp4DecodeRow(const simd::KernelTable& kt, const uint16_t* x, int64_t K)
+      : codes(size_t(K)), special(1), raw_scales(size_t(K / 32)), scales(size_t(K / 32)),
+        chunks(size_t(simd::fp4_chunk_row_bytes(K))), offsets(size_t(K / 32)) {
+    kt.prepare_fp4_row(x, K, codes.data(), raw_scales.data(), chunks.data(), offsets.data(), scales.data(),
+                       special.data());
+    a = simd::Fp4Activations{chunks.data(), offsets.data(), scales.data(), codes.data(), raw_scales.data(),
+                             special.data(), K};
+  }
+};
+
 // NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results
 // must still be the twin's bits (NaN payloads included), and only where the NaN reaches.
 // The VBMI FP8 decode reads runs of 16 s rows with lanes s rows apart (s = 1..16 by K and the
@@ -361,28 +379,71 @@ TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
   }
 }
 
-// pack_fp8_rows16 lays out each group of 16 rows and 32-column block as gemm.h defines it.
+// The rows16 layout (gemm.h) of a matrix of `row_bytes` bytes a row whose 32-column blocks take
+// block_row_bytes of them (32 codes FP8, 16 bytes FP4): pack(out) must write, for each group of
+// 16 rows and block b, the block's 16 x block_row_bytes bytes at (g / 16 * blocks + b) * 16 *
+// block_row_bytes, 4 bytes of each row in turn, and nothing past copy_bytes.
+template <class Pack>
+void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_bytes, int64_t block_row_bytes,
+                          int64_t copy_bytes, const Pack& pack, const std::string& what) {
+  const int64_t blocks = row_bytes / block_row_bytes;
+  ASSERT_EQ(copy_bytes, N / 16 * 16 * row_bytes) << what;
+  std::vector<uint8_t> out(size_t(copy_bytes) + 1, 0xa5);
+  pack(out.data());
+  for (int64_t g = 0; g + 16 <= N; g += 16)
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t d = 0; d < block_row_bytes / 4; ++d)
+        for (int64_t l = 0; l < 16; ++l)
+          for (int64_t j = 0; j < 4; ++j)
+            ASSERT_EQ(out[size_t((g / 16 * blocks + b) * 16 * block_row_bytes + 64 * d + 4 * l + j)],
+                      w[size_t((g + l) * row_bytes + block_row_bytes * b + 4 * d + j)])
+                << what << " g=" << g << " b=" << b << " d=" << d << " l=" << l;
+  EXPECT_EQ(out.back(), 0xa5) << what << ": wrote past the copy's size";
+}
+
+// pack_fp8_rows16 and pack_fp4_rows16 lay out each group of 16 rows and 32-column block as gemm.h
+// defines it (512 and 256 bytes a block), and refuse a K that is not a multiple of 32.
 TEST(SimdGemm, Rows16LayoutIsTheDefinition) {
+  static_assert(kFp8Rows16BlockBytes == 16 * 32 && kFp4Rows16BlockBytes == 16 * 16);
   std::mt19937 rng(21);
   for (const auto& [N, K] : {std::pair<int64_t, int64_t>{16, 32}, {37, 96}, {64, 256}, {15, 64}}) {
-    const std::vector<uint8_t> w = random_bytes(N * K, rng);
-    const Fp8Matrix W{w.data(), nullptr, N, K};
-    ASSERT_EQ(fp8_rows16_bytes(W), N / 16 * 16 * K);
-    std::vector<uint8_t> out(size_t(fp8_rows16_bytes(W)) + 1, 0xa5);
-    pack_fp8_rows16(W, out.data());
-    for (int64_t g = 0; g + 16 <= N; g += 16)
-      for (int64_t b = 0; b < K / 32; ++b)
-        for (int64_t d = 0; d < 8; ++d)
-          for (int64_t l = 0; l < 16; ++l)
-            for (int64_t j = 0; j < 4; ++j)
-              ASSERT_EQ(out[size_t((g / 16 * (K / 32) + b) * kFp8Rows16BlockBytes + 64 * d + 4 * l + j)],
-                        w[size_t((g + l) * K + 32 * b + 4 * d + j)])
-                  << "N=" << N << " K=" << K << " g=" << g << " b=" << b << " d=" << d << " l=" << l;
-    EXPECT_EQ(out.back(), 0xa5) << "wrote past fp8_rows16_bytes";
+    const std::string what = "N=" + std::to_string(N) + " K=" + std::to_string(K);
+    const std::vector<uint8_t> w8 = random_bytes(N * K, rng), w4 = random_bytes(N * K / 2, rng);
+    const Fp8Matrix W8{w8.data(), nullptr, N, K};
+    const Fp4Matrix W4{w4.data(), nullptr, N, K};
+    expect_rows16_layout(w8, N, K, 32, fp8_rows16_bytes(W8), [&](uint8_t* out) { pack_fp8_rows16(W8, out); },
+                         "fp8 " + what);
+    expect_rows16_layout(w4, N, K / 2, 16, fp4_rows16_bytes(W4), [&](uint8_t* out) { pack_fp4_rows16(W4, out); },
+                         "fp4 " + what);
   }
   const std::vector<uint8_t> w(16 * 40);
   std::vector<uint8_t> out(16 * 40);
   EXPECT_THROW(pack_fp8_rows16(Fp8Matrix{w.data(), nullptr, 16, 40}, out.data()), Error);
+  EXPECT_THROW(pack_fp4_rows16(Fp4Matrix{w.data(), nullptr, 16, 40}, out.data()), Error);
+}
+
+// linear_fp8 / linear_fp4 of `W` (a matrix with a rows16 copy) and the batched call, at 1-4 rows
+// of x, give the twin's rows (twin: 4 rows of outputs).
+template <class Matrix>
+void expect_linear_rows_match_twin(const std::vector<uint16_t>& x, const Matrix& W, const std::vector<uint16_t>& twin,
+                                   const std::string& what) {
+  ThreadPool pool(3);
+  const int64_t N = W.N;
+  for (int64_t rows = 1; rows <= 4; ++rows) {
+    std::vector<uint16_t> fast(size_t(rows * N)), batched(size_t(rows * N));
+    QuantizedLinearJob job{x.data(), rows, nullptr, nullptr, batched.data()};
+    if constexpr (std::is_same_v<Matrix, Fp8Matrix>) {
+      linear_fp8(x.data(), rows, W, fast.data(), &pool);
+      job.fp8 = &W;
+    } else {
+      linear_fp4(x.data(), rows, W, fast.data(), &pool);
+      job.fp4 = &W;
+    }
+    EXPECT_EQ(first_difference(fast, std::vector<uint16_t>(twin.begin(), twin.begin() + rows * N)), -1)
+        << what << " linear, rows " << rows;
+    linear_quantized_batch(&job, 1, &pool);
+    EXPECT_EQ(first_difference(batched, fast), -1) << what << " batch, rows " << rows;
+  }
 }
 
 // The VBMI FP8 decode reading the rows16 copy: every kind of range (groups of 16 from the copy,
@@ -416,16 +477,7 @@ TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
           twin_row0, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp8(a, 1, W, n0, n1, y, N); },
           [](int64_t) { return 1; }, std::string(simd_level_name(l)) + " rows16 K=" + std::to_string(K));
       ScopedSimdLevel level(l);
-      ThreadPool pool(3);
-      for (int64_t rows = 1; rows <= 4; ++rows) {
-        std::vector<uint16_t> fast(size_t(rows * N)), batched(size_t(rows * N));
-        linear_fp8(x.data(), rows, W, fast.data(), &pool);
-        EXPECT_EQ(first_difference(fast, std::vector<uint16_t>(twin.begin(), twin.begin() + rows * N)), -1)
-            << simd_level_name(l) << " linear_fp8 rows16 K=" << K << " rows " << rows;
-        const QuantizedLinearJob job{x.data(), rows, &W, nullptr, batched.data()};
-        linear_quantized_batch(&job, 1, &pool);
-        EXPECT_EQ(first_difference(batched, fast), -1) << simd_level_name(l) << " batch rows16 K=" << K << " rows " << rows;
-      }
+      expect_linear_rows_match_twin(x, W, twin, std::string(simd_level_name(l)) + " fp8 rows16 K=" + std::to_string(K));
     }
   }
 }
@@ -454,46 +506,15 @@ TEST(SimdGemm, Fp4DecodeRowRangesMatchTwin) {
     for (SimdLevel l : levels) {
       const simd::KernelTable* kt = simd::kernel_table(l);
       ASSERT_NE(kt, nullptr);
-      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
-      std::vector<float> raw_scales(static_cast<size_t>(KB)), scales(static_cast<size_t>(KB));
-      std::vector<int8_t> chunks(static_cast<size_t>(simd::fp4_chunk_row_bytes(K)));
-      std::vector<int32_t> offsets(static_cast<size_t>(KB));
-      kt->prepare_fp4_row(x.data(), K, codes.data(), raw_scales.data(), chunks.data(), offsets.data(), scales.data(),
-                          special.data());
-      ASSERT_EQ(special[0], 0);
-      const simd::Fp4Activations a{chunks.data(), offsets.data(), scales.data(), codes.data(),
-                                   raw_scales.data(), special.data(), K};
+      const Fp4DecodeRow row(*kt, x.data(), K);
+      ASSERT_EQ(row.special[0], 0);
+      const simd::Fp4Activations& a = row.a;
       expect_row_ranges_match(
           twin, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp4(a, 1, W, n0, n1, y, N); },
           [&](int64_t rows) { return simd::fp4_decode_row_step(K, rows); },
           std::string(simd_level_name(l)) + " K=" + std::to_string(K));
     }
   }
-}
-
-// pack_fp4_rows16 lays out each group of 16 rows and 32-column block (16 bytes a row) as gemm.h
-// defines it.
-TEST(SimdGemm, Fp4Rows16LayoutIsTheDefinition) {
-  std::mt19937 rng(23);
-  for (const auto& [N, K] : {std::pair<int64_t, int64_t>{16, 32}, {37, 96}, {64, 256}, {15, 64}}) {
-    const std::vector<uint8_t> w = random_bytes(N * K / 2, rng);
-    const Fp4Matrix W{w.data(), nullptr, N, K};
-    ASSERT_EQ(fp4_rows16_bytes(W), N / 16 * 16 * K / 2);
-    std::vector<uint8_t> out(size_t(fp4_rows16_bytes(W)) + 1, 0xa5);
-    pack_fp4_rows16(W, out.data());
-    for (int64_t g = 0; g + 16 <= N; g += 16)
-      for (int64_t b = 0; b < K / 32; ++b)
-        for (int64_t d = 0; d < 4; ++d)
-          for (int64_t l = 0; l < 16; ++l)
-            for (int64_t j = 0; j < 4; ++j)
-              ASSERT_EQ(out[size_t((g / 16 * (K / 32) + b) * kFp4Rows16BlockBytes + 64 * d + 4 * l + j)],
-                        w[size_t((g + l) * K / 2 + 16 * b + 4 * d + j)])
-                  << "N=" << N << " K=" << K << " g=" << g << " b=" << b << " d=" << d << " l=" << l;
-    EXPECT_EQ(out.back(), 0xa5) << "wrote past fp4_rows16_bytes";
-  }
-  const std::vector<uint8_t> w(16 * 20);
-  std::vector<uint8_t> out(16 * 20);
-  EXPECT_THROW(pack_fp4_rows16(Fp4Matrix{w.data(), nullptr, 16, 40}, out.data()), Error);
 }
 
 // The AVX-512 FP4 decode reading the rows16 copy: every kind of range (groups of 16 from the
@@ -520,30 +541,15 @@ TEST(SimdGemm, Fp4DecodeFromRows16CopyMatchesTwin) {
       W.rows16 = copy.data();
       std::vector<uint16_t> twin(static_cast<size_t>(4 * N));
       linear_fp4_reference(x.data(), 4, W, twin.data());
-      std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
-      std::vector<float> raw_scales(static_cast<size_t>(KB)), scales(static_cast<size_t>(KB));
-      std::vector<int8_t> chunks(static_cast<size_t>(simd::fp4_chunk_row_bytes(K)));
-      std::vector<int32_t> offsets(static_cast<size_t>(KB));
-      kt->prepare_fp4_row(x.data(), K, codes.data(), raw_scales.data(), chunks.data(), offsets.data(), scales.data(),
-                          special.data());
-      ASSERT_EQ(special[0], 0);
-      const simd::Fp4Activations a{chunks.data(), offsets.data(), scales.data(), codes.data(),
-                                   raw_scales.data(), special.data(), K};
+      const Fp4DecodeRow row(*kt, x.data(), K);
+      ASSERT_EQ(row.special[0], 0);
+      const simd::Fp4Activations& a = row.a;
       expect_row_ranges_match(
           std::vector<uint16_t>(twin.begin(), twin.begin() + N),
           [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp4(a, 1, W, n0, n1, y, N); }, [](int64_t) { return 1; },
           std::string(simd_level_name(l)) + " rows16 K=" + std::to_string(K));
       ScopedSimdLevel level(l);
-      ThreadPool pool(3);
-      for (int64_t rows = 1; rows <= 4; ++rows) {
-        std::vector<uint16_t> fast(size_t(rows * N)), batched(size_t(rows * N));
-        linear_fp4(x.data(), rows, W, fast.data(), &pool);
-        EXPECT_EQ(first_difference(fast, std::vector<uint16_t>(twin.begin(), twin.begin() + rows * N)), -1)
-            << simd_level_name(l) << " linear_fp4 rows16 K=" << K << " rows " << rows;
-        const QuantizedLinearJob job{x.data(), rows, nullptr, &W, batched.data()};
-        linear_quantized_batch(&job, 1, &pool);
-        EXPECT_EQ(first_difference(batched, fast), -1) << simd_level_name(l) << " batch rows16 K=" << K << " rows " << rows;
-      }
+      expect_linear_rows_match_twin(x, W, twin, std::string(simd_level_name(l)) + " fp4 rows16 K=" + std::to_string(K));
     }
   }
 }
