@@ -304,6 +304,7 @@ int cmd_bench(int argc, char** argv) {
   out["quantized_macs_per_token"] = macs;
   out["locked_bytes"] = locked;
   out["load_seconds"] = load_seconds;
+  out["decode_copy_bytes"] = {{"fp8", model->weights().fp8_copy_bytes}, {"fp4", model->weights().fp4_copy_bytes}};
   out["head_screen_build_seconds"] = has_screen ? json(screen_seconds) : json(nullptr);
   out["warm_up"] = {{"prefill_tokens", warm_up.prefill_tokens}, {"decode_steps", warm_up.decode_steps},
                     {"seconds", warm_up.seconds}};
@@ -340,6 +341,8 @@ int cmd_bench(int argc, char** argv) {
                 screen_seconds);
   else
     std::printf("  model load: %.2f s    (this head has no greedy screen)\n", load_seconds);
+  std::printf("  decode copies made at load (rows16, DS41_DECODE_COPIES): FP8 %.0f MB, experts %.0f MB\n",
+              double(model->weights().fp8_copy_bytes) / 1e6, double(model->weights().fp4_copy_bytes) / 1e6);
   if (pmd_mapped >= 0)
     std::printf("  checkpoint mapped with 2 MiB pages after the runs: %.0f MB (tensors read whole: %.0f MB)\n",
                 double(pmd_mapped) / 1e6, out["weights_on_2mib_pages"]["streamed_tensor_bytes"].get<double>() / 1e6);

@@ -84,6 +84,7 @@ class Loader {
     if (decode_copy && fp8_rows16 && m.K % 32 == 0 && m.N >= 16) {
       uint8_t* copy = own(size_t(fp8_rows16_bytes(m))).data();
       copies_.push_back([m, copy] { pack_fp8_rows16(m, copy); });
+      w_.fp8_copy_bytes += fp8_rows16_bytes(m);
       m.rows16 = copy;
     }
     return m;
@@ -95,6 +96,7 @@ class Loader {
     if (fp4_rows16 && m.K % 32 == 0 && m.N >= 16) {
       uint8_t* copy = own(size_t(fp4_rows16_bytes(m))).data();
       copies_.push_back([m, copy] { pack_fp4_rows16(m, copy); });
+      w_.fp4_copy_bytes += fp4_rows16_bytes(m);
       m.rows16 = copy;
     }
     return m;

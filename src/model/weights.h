@@ -123,6 +123,9 @@ struct ModelWeights {
   DSparkHeadWeights dspark;         // set when the plan has DSpark stages
   VisionWeights vision;             // filled when the config enables vision (vision_n_layers > 0)
 
+  // Bytes of the rows16 copies load made for the one-row decode kernels (plan_decode_copies).
+  int64_t fp8_copy_bytes = 0, fp4_copy_bytes = 0;
+
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;
   std::vector<ByteBuffer> owned;

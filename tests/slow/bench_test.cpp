@@ -207,6 +207,27 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
       EXPECT_EQ(mapped.get<int64_t>() % (int64_t(2) << 20), 0);  // whole 2 MiB pages
     }
   }
+  {
+    // The copies' sizes: those the loader hands to the matrices (the same model loaded here).
+    auto model = Model::load(dir);
+    int64_t fp8 = 0, fp4 = 0;
+    for (const BlockWeights& b : model->weights().blocks) {
+      for (const Fp8Matrix* m : {&b.wq_a, &b.wq_b, &b.wkv, &b.wo_b, &b.shared.w1, &b.shared.w2, &b.shared.w3,
+                                 &b.idx_wq_b, &b.engram_wkv})
+        if (m->rows16) fp8 += fp8_rows16_bytes(*m);
+      for (const ExpertWeights& e : b.experts)
+        for (const Fp4Matrix* m : {&e.w1, &e.w2, &e.w3})
+          if (m->rows16) fp4 += fp4_rows16_bytes(*m);
+    }
+    const Fp8Matrix& main_proj = model->weights().dspark.main_proj;
+    if (main_proj.rows16) fp8 += fp8_rows16_bytes(main_proj);
+    EXPECT_EQ(model->weights().fp8_copy_bytes, fp8);
+    EXPECT_EQ(model->weights().fp4_copy_bytes, fp4);
+    EXPECT_EQ(j["decode_copy_bytes"]["fp8"].get<int64_t>(), fp8);
+    EXPECT_EQ(j["decode_copy_bytes"]["fp4"].get<int64_t>(), fp4);
+    EXPECT_EQ(fp8 > 0, fp8_decode_reads_rows16());
+    EXPECT_EQ(fp4 > 0, fp4_decode_reads_rows16());
+  }
   EXPECT_TRUE(j["load_average"].contains("before"));
   if (j["simd_level"] != "scalar") {
     EXPECT_TRUE(j.contains("scalar"));
@@ -274,8 +295,8 @@ TEST(WeightResidency, RoutedExpertsGetHugePagesWhenTheyStayOrAreLarge) {
 
 TEST(WeightResidency, DecodeCopiesOnlyWhereTheyFit) {
   const int64_t GiB = int64_t(1) << 30, MiB = int64_t(1) << 20;
-  EXPECT_TRUE(decode_copies_fit(65 * MiB, 1 * GiB, 24 * GiB));           // the small preset's FP8 copies
-  EXPECT_TRUE(decode_copies_fit(65 * MiB + 315 * MiB, 1 * GiB, 24 * GiB));  // and its experts'
+  EXPECT_TRUE(decode_copies_fit(94 * MiB, 1 * GiB, 24 * GiB));           // the small preset's FP8 copies
+  EXPECT_TRUE(decode_copies_fit(94 * MiB + 315 * MiB, 1 * GiB, 24 * GiB));  // and its experts'
   EXPECT_TRUE(decode_copies_fit(2 * GiB, 10 * GiB, 24 * GiB));           // exactly half
   EXPECT_FALSE(decode_copies_fit(2 * GiB, 11 * GiB, 24 * GiB));          // the experts' page cache needs it
   EXPECT_FALSE(decode_copies_fit(7 * GiB, 286 * GiB, 512 * GiB));        // the released model on 512 GiB
@@ -285,7 +306,7 @@ TEST(WeightResidency, DecodeCopiesOnlyWhereTheyFit) {
 TEST(WeightResidency, DecodeCopiesPlanFollowsTheModeAndTheRoom) {
   const int64_t GiB = int64_t(1) << 30, MiB = int64_t(1) << 20;
   for (const std::string mode : {"", "auto"}) {
-    const DecodeCopies both = plan_decode_copies(mode, 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
+    const DecodeCopies both = plan_decode_copies(mode, 94 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
     EXPECT_TRUE(both.fp8 && both.fp4) << mode;
     // the released widths' 6 layers on 24 GiB: both fit; on 16 GiB only the FP8 ones
     const DecodeCopies wide = plan_decode_copies(mode, 1300 * MiB, 2500 * MiB, 7 * GiB, 24 * GiB);
@@ -298,11 +319,11 @@ TEST(WeightResidency, DecodeCopiesPlanFollowsTheModeAndTheRoom) {
     const DecodeCopies fp4_only = plan_decode_copies(mode, 0, 2500 * MiB, 7 * GiB, 20 * GiB);
     EXPECT_TRUE(!fp4_only.fp8 && fp4_only.fp4) << mode;
   }
-  const DecodeCopies fp8 = plan_decode_copies("fp8", 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
+  const DecodeCopies fp8 = plan_decode_copies("fp8", 94 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
   EXPECT_TRUE(fp8.fp8 && !fp8.fp4);
-  const DecodeCopies none = plan_decode_copies("none", 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
+  const DecodeCopies none = plan_decode_copies("none", 94 * MiB, 315 * MiB, 1 * GiB, 24 * GiB);
   EXPECT_FALSE(none.fp8 || none.fp4);
-  EXPECT_THROW(plan_decode_copies("fp4", 65 * MiB, 315 * MiB, 1 * GiB, 24 * GiB), Error);
+  EXPECT_THROW(plan_decode_copies("fp4", 94 * MiB, 315 * MiB, 1 * GiB, 24 * GiB), Error);
 }
 
 // Where the decode kernels read rows16 copies (and the tiny model fits, as it does anywhere),
