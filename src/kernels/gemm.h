@@ -36,9 +36,10 @@ struct Fp8Matrix {
   // Optional: the codes of rows [0, N / 16 * 16) again in the one-row decode kernel's layout
   // (pack_fp8_rows16 below), or null. The avx512vbmi decode holds one row per 32-bit lane, 16 rows
   // a vector; from the checkpoint's row-major codes that costs a register transpose per block (32
-  // shuffles and inserts per 512 weight bytes) and 16 read streams, from this copy neither (one
-  // Xeon core, 1024 x 1024 from L2: 10.9-11.6 -> 14.8-15.3 GB/s of weights). The values, and so
-  // the outputs, are the same either way.
+  // shuffles and inserts per 512 weight bytes) and 16 read streams; from this copy no transpose
+  // (one Xeon core, 1024 x 1024 from L2: 10.9-11.6 -> 14.8-15.3 GB/s of weights) and four
+  // forward streams a thread (simd_fp8_decode.inc). The values, and so the outputs, are the same
+  // either way.
   const uint8_t* rows16 = nullptr;
 };
 
