@@ -1,18 +1,17 @@
 #include "model/weights.h"
 
-#include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <tuple>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "kernels/hyper_connection.h"
 #include "kernels/numeric_formats.h"
 
@@ -112,26 +111,13 @@ class Loader {
   // one by one as they are made: filling a copy is mostly the kernel zeroing its fresh pages and
   // reading the originals (on a KVM guest 85 % of a load's samples were the page clearing), work
   // that runs on every core at once; the copies are independent.
-  void write_copies(unsigned threads) {
-    std::atomic<size_t> next{0};
-    std::exception_ptr error;
-    std::mutex error_mutex;
-    const auto work = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < copies_.size();) {
-        try {
-          copies_[i]();
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error) error = std::current_exception();
-        }
-      }
-    };
-    std::vector<std::thread> helpers;
-    for (unsigned t = 1; t < std::min<size_t>(threads, copies_.size()); ++t) helpers.emplace_back(work);
-    work();
-    for (std::thread& h : helpers) h.join();
+  void write_copies(int threads) {
+    if (copies_.empty()) return;
+    ThreadPool pool(int(std::min<int64_t>(threads, int64_t(copies_.size()))));
+    parallel_for(&pool, int64_t(copies_.size()), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) copies_[size_t(i)]();
+    });
     copies_.clear();
-    if (error) std::rethrow_exception(error);
   }
 
  private:
@@ -297,7 +283,7 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     v.image_end = L.bf16("image_end");
     v.image_newline = L.bf16("image_newline");
   }
-  L.write_copies(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+  L.write_copies(int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
   return w;
 }
 
