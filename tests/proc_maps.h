@@ -9,7 +9,10 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
+#include <vector>
 
 namespace ds41::test {
 
@@ -56,6 +59,28 @@ inline bool kernel_has_transparent_huge_pages() {
   const bool ok = ::madvise(m, bytes, MADV_HUGEPAGE) == 0;
   ::munmap(m, bytes);
   return ok;
+}
+
+// The fraction of the pages under [p, p + bytes) that are in the page cache (mincore), or -1 when
+// the kernel does not say.
+inline double resident_fraction(const void* p, size_t bytes) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const size_t length = reinterpret_cast<uintptr_t>(p) + bytes - begin;
+  std::vector<unsigned char> resident((length + page - 1) / page);
+  if (resident.empty() || ::mincore(reinterpret_cast<void*>(begin), length, resident.data()) != 0) return -1;
+  size_t n = 0;
+  for (unsigned char r : resident) n += r & 1;
+  return double(n) / double(resident.size());
+}
+
+// Asks the kernel to drop a file's clean, unmapped pages from the page cache (they are read from
+// disk again when touched). Advisory: a file system that keeps files in memory ignores it.
+inline void drop_page_cache(const std::string& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
 }
 
 }  // namespace ds41::test

@@ -35,6 +35,14 @@ void advise(const uint8_t* data, size_t bytes, int advice) {
 
 void advise_random(const uint8_t* data, size_t bytes) { advise(data, bytes, MADV_RANDOM); }
 
+// MADV_WILLNEED over a whole range, in pieces: the kernel reads at most one read-ahead window
+// (the device's read_ahead_kb, 128 KiB by default) per call and drops the rest of the range (on
+// the VM with 8 MiB, one call over 64 MiB brought in 12 %). The reads are queued, not waited for.
+void advise_read_ahead(const uint8_t* data, size_t bytes) {
+  constexpr size_t kPiece = size_t(128) << 10;
+  for (size_t offset = 0; offset < bytes; offset += kPiece) advise(data + offset, std::min(kPiece, bytes - offset), MADV_WILLNEED);
+}
+
 class Loader {
  public:
   Loader(const TensorStore& s, ModelWeights& w) : store_(s), w_(w) {}
@@ -298,6 +306,10 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
   return streamed_bytes <= ram_bytes / 2 || expert_tensor_bytes >= (int64_t(4) << 20);
 }
 
+bool engram_tables_read_ahead(int64_t table_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
+  return table_bytes > 0 && streamed_bytes + table_bytes <= ram_bytes / 2;
+}
+
 bool decode_copies_fit(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
   return streamed_bytes + copy_bytes <= ram_bytes / 2;
 }
@@ -345,13 +357,21 @@ int64_t streamed_tensor_bytes(const TensorStore& store) {
 void advise_model_weights(const TensorStore& store) {
   const int64_t streamed = streamed_tensor_bytes(store);
   const int64_t ram = physical_ram_bytes();
+  int64_t table_bytes = 0;
+  for (const TensorInfo& t : store.tensors())
+    if (weight_use(t.name) == WeightUse::EngramTable) table_bytes += int64_t(t.nbytes);
+  const bool tables_ahead = engram_tables_read_ahead(table_bytes, streamed, ram);
   for (const TensorInfo& t : store.tensors()) {
     const WeightUse use = weight_use(t.name);
     if (use == WeightUse::Always ||
         (use == WeightUse::RoutedExpert && routed_expert_huge_pages(int64_t(t.nbytes), streamed, ram)))
       advise(t.data, t.nbytes, MADV_HUGEPAGE);
-    else if (use == WeightUse::Embedding)
+    else if (use == WeightUse::Embedding) {
       advise(t.data, t.nbytes, MADV_RANDOM);
+      advise_read_ahead(t.data, t.nbytes);
+    } else if (use == WeightUse::EngramTable && tables_ahead) {
+      advise_read_ahead(t.data, t.nbytes);
+    }
   }
 }
 

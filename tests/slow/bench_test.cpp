@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
 #include <sys/wait.h>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -281,6 +283,44 @@ TEST(WeightResidency, HugePagesForStreamedWeightsOnly) {
     EXPECT_EQ(region->has_flag("hg"), streamed) << region->flags;
     EXPECT_EQ(region->has_flag("rr"), !streamed) << region->flags;
   }
+}
+
+// The embedding and the Engram tables (the tiny model's fit anywhere) are read ahead at load:
+// from a page cache without their pages, the hints alone (no tensor read) bring all of them in,
+// in the background.
+TEST(WeightResidency, RandomlyReadTablesAreReadAheadAtLoad) {
+  const TensorStore store = TensorStore::open(test::tiny_model_dir(true));
+  std::vector<const TensorInfo*> tables;
+  for (const TensorInfo& t : store.tensors()) {
+    const WeightUse use = weight_use(t.name);
+    if (use == WeightUse::Embedding || use == WeightUse::EngramTable) tables.push_back(&t);
+  }
+  ASSERT_EQ(tables.size(), 5u);  // the embedding, two layers' Engram rows and scales
+  for (const TensorInfo* t : tables) test::drop_page_cache(t->file);
+  for (const TensorInfo* t : tables) {
+    const double before = test::resident_fraction(t->data, t->nbytes);
+    if (before < 0 || before > 0.5) GTEST_SKIP() << "the page cache kept " << t->name << " (resident fraction " << before << ")";
+  }
+  advise_model_weights(store);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);  // the reads are asynchronous
+  for (const TensorInfo* t : tables) {
+    double after = test::resident_fraction(t->data, t->nbytes);
+    while (after < 1.0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      after = test::resident_fraction(t->data, t->nbytes);
+    }
+    EXPECT_EQ(after, 1.0) << t->name;
+  }
+}
+
+TEST(WeightResidency, EngramTablesReadAheadWhereTheyFit) {
+  const int64_t GiB = int64_t(1) << 30, MiB = int64_t(1) << 20;
+  EXPECT_TRUE(engram_tables_read_ahead(333 * MiB, 1 * GiB, 24 * GiB));  // the small preset
+  EXPECT_TRUE(engram_tables_read_ahead(2 * GiB, 10 * GiB, 24 * GiB));   // exactly half
+  EXPECT_FALSE(engram_tables_read_ahead(2 * GiB, 11 * GiB, 24 * GiB));
+  EXPECT_FALSE(engram_tables_read_ahead(189 * GiB, 286 * GiB, 512 * GiB));  // the released model
+  EXPECT_TRUE(engram_tables_read_ahead(189 * GiB, 286 * GiB, 1024 * GiB));
+  EXPECT_FALSE(engram_tables_read_ahead(0, 1 * GiB, 24 * GiB));  // no Engram layers
 }
 
 TEST(WeightResidency, RoutedExpertsGetHugePagesWhenTheyStayOrAreLarge) {
