@@ -177,7 +177,7 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
 // Whether the Engram tables (`table_bytes`, rows and scales) are read ahead at load: when they and
 // every tensor read whole fit in half the machine's RAM, as the small preset's 333 MB do. Their
 // rows are read at hash-random places, 24 per token on the small preset, so a cold page cache
-// otherwise puts a disk read in most steps; the released model's 189 GB need ~1.5 TB of RAM.
+// otherwise puts a disk read in most steps; the released model's 189 GiB need ~950 GiB of RAM.
 bool engram_tables_read_ahead(int64_t table_bytes, int64_t streamed_bytes, int64_t ram_bytes);
 
 // Whether rows16 copies (kernels/gemm.h) for the one-row decode kernels, `copy_bytes` of them, are
