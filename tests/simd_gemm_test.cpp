@@ -343,6 +343,8 @@ struct Fp4DecodeRow {
     a = simd::Fp4Activations{chunks.data(), offsets.data(), scales.data(), codes.data(), raw_scales.data(),
                              special.data(), K};
   }
+  Fp4DecodeRow(const Fp4DecodeRow&) = delete;  // `a` points into this object's vectors
+  Fp4DecodeRow& operator=(const Fp4DecodeRow&) = delete;
 };
 
 // NaN weight codes, NaN activations and NaN (0xFF) scales leave the SIMD arithmetic: the results

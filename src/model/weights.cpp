@@ -306,12 +306,22 @@ bool routed_expert_huge_pages(int64_t expert_tensor_bytes, int64_t streamed_byte
   return streamed_bytes <= ram_bytes / 2 || expert_tensor_bytes >= (int64_t(4) << 20);
 }
 
+namespace {
+
+// The rule for memory load adds beside the tensors read whole (copies, read-ahead tables): all of
+// it together within half the RAM, the rest left to the page cache and the program.
+bool fits_beside_streamed(int64_t extra_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
+  return streamed_bytes + extra_bytes <= ram_bytes / 2;
+}
+
+}  // namespace
+
 bool engram_tables_read_ahead(int64_t table_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
-  return table_bytes > 0 && streamed_bytes + table_bytes <= ram_bytes / 2;
+  return table_bytes > 0 && fits_beside_streamed(table_bytes, streamed_bytes, ram_bytes);
 }
 
 bool decode_copies_fit(int64_t copy_bytes, int64_t streamed_bytes, int64_t ram_bytes) {
-  return streamed_bytes + copy_bytes <= ram_bytes / 2;
+  return fits_beside_streamed(copy_bytes, streamed_bytes, ram_bytes);
 }
 
 DecodeCopies plan_decode_copies(const std::string& mode, int64_t fp8_bytes, int64_t fp4_bytes, int64_t streamed_bytes,
