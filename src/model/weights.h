@@ -150,7 +150,7 @@ WeightUse weight_use(const std::string& tensor_name);
 // are loaded) and the embedding. MADV_HUGEPAGE makes a page fault read 2 MiB page-cache folios
 // (plus 2 MiB ahead) and map each with one page-table entry, the shard mapping being 2 MiB-aligned
 // (io/safetensors.h): decode then misses the TLB once per 2 MiB of weights instead of once per
-// 4 KiB. No MADV_WILLNEED: its read-ahead fills the page cache with 4 KiB folios, which the
+// 4 KiB. No MADV_WILLNEED on those: its read-ahead fills the page cache with 4 KiB folios, which the
 // kernel then maps 4 KiB at a time for as long as they stay cached. Hash-random rows get no huge
 // pages: a 2 MiB read per 256-byte Engram row would multiply what an SSD-streamed table costs.
 // The embedding is also read ahead whole (MADV_WILLNEED: queued at load, read in the background;
