@@ -9,6 +9,7 @@
 #include <set>
 
 #include "kernels/topk.h"
+#include "kernels/vector_exp.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -77,7 +78,8 @@ TEST(SelectTopK, PicksAreAscendingAndOnlyVisibleEntries) {
 }
 
 TEST(Swiglu, UpClampedBothSidesGateOnlyFromAbove) {
-  auto silu = [](float x) { return x / (1.f + std::exp(-x)); };
+  // F.silu's vector path: x / (1 + exp(-x)) with PyTorch's vectorized exp.
+  auto silu = [](float x) { return x / (1.f + torch_vec_expf(-x)); };
   EXPECT_EQ(swiglu(20.f, 20.f, 10.f), silu(10.f) * 10.f);     // both clamped to 10
   EXPECT_EQ(swiglu(-20.f, -20.f, 10.f), silu(-20.f) * -10.f); // gate not clamped below, up is
   EXPECT_EQ(swiglu(3.f, -4.f, 10.f), silu(3.f) * -4.f);       // inside: untouched

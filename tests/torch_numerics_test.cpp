@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,38 @@ TEST(VectorExp, SigmoidMatchesTorchBitForBit) {
   }
   // libm's expf is a different function in the last bit: the reason vector_exp.h exists.
   EXPECT_GT(libm_differs, 0);
+}
+
+// The vector form (8 lanes, then the rest one by one) gives the scalar form's bits, at every length.
+TEST(VectorExp, InPlaceEqualsTheScalarFormAtEveryLength) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-90.0f, 10.0f);
+  for (int n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 64, 1000}) {
+    std::vector<float> x(size_t(n) + 1);
+    for (float& v : x) v = u(rng);
+    const float guard = x[size_t(n)];
+    std::vector<float> y = x;
+    torch_vec_expf_in_place(y.data(), n);
+    for (int i = 0; i < n; ++i) ASSERT_PRED2(same_bits, y[size_t(i)], torch_vec_expf(x[size_t(i)])) << n << " " << i;
+    EXPECT_PRED2(same_bits, y[size_t(n)], guard) << "wrote past n = " << n;
+  }
+}
+
+// PyTorch's elementwise loop: 16 elements a step, the last n mod 16 of a tensor of n in its scalar
+// loop. Rows of hc = 4: a call of 6 rows (24 elements) has its last 8 elements, rows 4 and 5, in
+// the tail; 8 rows have none; a decode row of 4 is all tail; rows of 6 split inside a row.
+TEST(VectorExp, ScalarTailOfARowMajorTensor) {
+  EXPECT_EQ(torch_scalar_tail_from(3, 6, 4), 4);  // row 3: elements 12-15, vectorized
+  EXPECT_EQ(torch_scalar_tail_from(4, 6, 4), 0);  // row 4: elements 16-19, tail
+  EXPECT_EQ(torch_scalar_tail_from(5, 6, 4), 0);
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(torch_scalar_tail_from(s, 8, 4), 4);
+  EXPECT_EQ(torch_scalar_tail_from(0, 1, 4), 0);
+  EXPECT_EQ(torch_scalar_tail_from(2, 3, 6), 4);  // elements 12-17: 12-15 vectorized, 16-17 tail
+  EXPECT_EQ(torch_scalar_tail_from(0, 1, 384), 384);  // the released router: 384 = 24 x 16
+  // log1p: SLEEF's, a faithful log1p (closed forms at exact points).
+  EXPECT_EQ(torch_vec_log1pf(0.0f), 0.0f);
+  EXPECT_NEAR(torch_vec_log1pf(1.0f), std::log1p(1.0), 1e-7);
+  EXPECT_NEAR(torch_vec_log1pf(1e-7f), 1e-7, 1e-14);
 }
 
 TEST(VectorExp, SpecialValues) {

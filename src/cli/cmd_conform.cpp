@@ -35,7 +35,7 @@ int cmd_conform(int argc, char** argv) {
     j["ran"] = r.ran;
     j["pass"] = r.pass;
     if (!r.ran) j["skipped_reason"] = r.skipped_reason;
-    j["decisions"] = {{"compared", r.decisions_compared}, {"matched", r.decisions_matched}, {"near_ties", r.decisions_unclear}};
+    j["decisions"] = {{"compared", r.decisions_compared}, {"matched", r.decisions_matched}, {"exact_ties", r.decisions_tied}};
     nlohmann::json checks = nlohmann::json::array();
     for (auto& c : r.checks)
       checks.push_back({{"name", c.name}, {"max_abs", c.max_abs}, {"tolerance", c.tolerance}, {"pass", c.pass}, {"note", c.note}});

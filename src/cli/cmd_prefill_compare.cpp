@@ -48,7 +48,7 @@ int cmd_prefill_compare(int argc, char** argv) {
              {"seed", "N", "seed of the random prompt (without --tokens-file)", "1"},
              {"continuation", "N", "generated tokens compared after each prompt", "32"},
              {"repeats", "N", "timed prefills per mode (the fastest counts)", "1"},
-             {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
+             {"reference-index-keys", "", "the reference's decode-path index-key reading instead of the default", ""},
              {"json", "", "machine-readable output", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
@@ -59,7 +59,7 @@ int cmd_prefill_compare(int argc, char** argv) {
   opt.seed = uint64_t(args.get_int("seed", 1));
   opt.continuation = int(args.get_int("continuation", 32));
   opt.repeats = int(args.get_int("repeats", 1));
-  opt.corrected_index_keys = args.flag("corrected-index-keys");
+  opt.corrected_index_keys = !args.flag("reference-index-keys");
   opt.ced = false;
   std::stringstream compare(args.get_or("compare", "ced"));
   for (std::string item; std::getline(compare, item, ',');) {

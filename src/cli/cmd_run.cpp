@@ -75,7 +75,7 @@ int cmd_run(int argc, char** argv) {
       {"max-tokens", "N", "tokens to generate", "256"},
       {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
       {"prefill", "MODE", "full (exact) or ced: a call longer than the window runs the decoder layers over its last window only", "full"},
-      {"corrected-index-keys", "", "use the corrected index-key reading instead of the reference's", ""},
+      {"reference-index-keys", "", "the reference's decode-path index-key reading (tokens then depend on how the sequence was cut into calls)", ""},
       {"load-session", "FILE", "continue a saved sequence: the prompt is appended to it", ""},
       {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
       {"exact", "", "with --save-session: store the window rings too (restore continues bit-identically; default: compact, rings rebuilt by bounded replay)", ""},
@@ -116,7 +116,7 @@ int cmd_run(int argc, char** argv) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model->config();
   ForwardOptions fo;
-  fo.corrected_index_keys = args.flag("corrected-index-keys");
+  fo.corrected_index_keys = !args.flag("reference-index-keys");
   fo.prefill = parse_prefill_mode(args.get_or("prefill", "full"));
   // Greedy decoding needs only the largest logits: the JSON steps list each token's five (exact,
   // model/head_screen.h). Generation and the speculative decoder keep every logit when sampling.

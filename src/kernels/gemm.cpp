@@ -460,6 +460,48 @@ uint16_t fp4_element_scalar(const uint8_t* codes, const float* scales, const Fp4
 // ---- public fast paths -----------------------------------------------------------------------
 namespace {
 
+// A job's prepared activations: FP8 uses f1 = values, f2 = scales, i8 = digit planes (a lone
+// row on a level with the integer decode kernel), f64 = the values widened to double (several
+// rows; amx: the tile digits instead, amx), FP4 f1 = raw scales, f2 = scales, i8 = chunk planes,
+// i32 = offsets (and amx: the tile digits, amx).
+struct Prepared {
+  uint8_t* codes;
+  uint8_t* special;
+  float *f1, *f2;
+  int8_t* i8;
+  int32_t* i32;
+  double* f64;
+  int8_t* amx;
+  int64_t K;
+  bool digits;
+  int shares = -1;  // the earlier job whose preparation this one uses
+  simd::Fp8Activations a8() const { return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64, amx}; }
+  simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K, amx}; }
+};
+struct Tile {
+  int job;
+  int64_t n0, n1;
+};
+struct PrepRow {
+  int job;
+  int64_t r;
+};
+
+// The calling thread's buffers of simd_linear_quantized_batch (grown on demand, or ahead by
+// reserve_quantized_batch).
+struct BatchBuffers {
+  std::vector<Prepared> prepared;
+  std::vector<Tile> tiles;
+  std::vector<PrepRow> prep_rows;
+  std::vector<uint8_t> codes, special;
+  std::vector<float> f1, f2;
+  std::vector<int8_t> i8;
+  std::vector<int32_t> i32;
+  std::vector<double> f64;
+  std::vector<int8_t> amx;
+};
+thread_local BatchBuffers batch_buffers;
+
 // linear_quantized_batch on the SIMD kernels (jobs of at most kChunkRows rows): every job's
 // activation rows prepared once (in parallel over rows; a job with the same activations as an
 // earlier one shares its preparation), then one parallel loop over the tiles of all jobs. A tile
@@ -467,41 +509,9 @@ namespace {
 // to 64 columns.
 void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLinearJob* jobs, int count,
                                  ThreadPool* pool) {
-  // A job's prepared activations: FP8 uses f1 = values, f2 = scales, i8 = digit planes (a lone
-  // row on a level with the integer decode kernel), f64 = the values widened to double (several
-  // rows; amx: the tile digits instead, amx), FP4 f1 = raw scales, f2 = scales, i8 = chunk planes,
-  // i32 = offsets (and amx: the tile digits, amx).
-  struct Prepared {
-    uint8_t* codes;
-    uint8_t* special;
-    float *f1, *f2;
-    int8_t* i8;
-    int32_t* i32;
-    double* f64;
-    int8_t* amx;
-    int64_t K;
-    bool digits;
-    int shares = -1;  // the earlier job whose preparation this one uses
-    simd::Fp8Activations a8() const { return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64, amx}; }
-    simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K, amx}; }
-  };
-  struct Tile {
-    int job;
-    int64_t n0, n1;
-  };
-  struct PrepRow {
-    int job;
-    int64_t r;
-  };
-  thread_local std::vector<Prepared> prepared;
-  thread_local std::vector<Tile> tiles;
-  thread_local std::vector<PrepRow> prep_rows;
-  thread_local std::vector<uint8_t> codes_buffer, special_buffer;
-  thread_local std::vector<float> f1_buffer, f2_buffer;
-  thread_local std::vector<int8_t> i8_buffer;
-  thread_local std::vector<int32_t> i32_buffer;
-  thread_local std::vector<double> f64_buffer;
-  thread_local std::vector<int8_t> amx_buffer;
+  BatchBuffers& buffers = batch_buffers;
+  auto& [prepared, tiles, prep_rows, codes_buffer, special_buffer, f1_buffer, f2_buffer, i8_buffer, i32_buffer,
+         f64_buffer, amx_buffer] = buffers;
   auto dims = [&](int j, int64_t& N, int64_t& K) {
     N = jobs[j].fp8 ? jobs[j].fp8->N : jobs[j].fp4->N;
     K = jobs[j].fp8 ? jobs[j].fp8->K : jobs[j].fp4->K;
@@ -689,6 +699,24 @@ void linear_quantized_batch(const QuantizedLinearJob* jobs, int count, ThreadPoo
     if (jobs[j].fp8) linear_fp8(jobs[j].x, jobs[j].M, *jobs[j].fp8, jobs[j].y, pool);
     else linear_fp4(jobs[j].x, jobs[j].M, *jobs[j].fp4, jobs[j].y, pool);
   }
+}
+
+void reserve_quantized_batch(int jobs, int64_t rows, int64_t max_k, int64_t max_n) {
+  BatchBuffers& b = batch_buffers;
+  const int64_t kb = max_k / kBlock;
+  b.prepared.reserve(size_t(jobs));
+  // A job's tiles are at least 16 columns wide.
+  b.tiles.reserve(size_t(int64_t(jobs) * ((max_n + 15) / 16)));
+  b.prep_rows.reserve(size_t(rows));
+  b.codes.reserve(size_t(rows * max_k));
+  b.special.reserve(size_t(rows));
+  b.f1.reserve(size_t(rows * max_k));
+  b.f2.reserve(size_t(rows * kb));
+  b.i8.reserve(size_t(rows * std::max<int64_t>(3 * max_k, simd::fp4_chunk_row_bytes(max_k))));
+  b.i32.reserve(size_t(rows * kb));
+  b.f64.reserve(size_t(rows * max_k));
+  // Each job's AMX rows are padded to a whole tile of 16; + 64 for the alignment.
+  b.amx.reserve(size_t(simd::fp8_amx_bytes(rows + 16 * int64_t(jobs), max_k) + 64));
 }
 
 void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, uint16_t* y,

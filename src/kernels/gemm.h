@@ -97,6 +97,12 @@ struct QuantizedLinearJob {
   uint16_t* y = nullptr;
 };
 void linear_quantized_batch(const QuantizedLinearJob* jobs, int count, ThreadPool* pool);
+// Grows the calling thread's buffers of linear_quantized_batch to the most that any batch of at
+// most `jobs` jobs and `rows` prepared activation rows in all (jobs with the same x and M share
+// theirs), each K <= max_k and N <= max_n, can need. How a call's rows fall on its jobs can move
+// from call to call (the routed experts of a multi-row decode call), so reserving for one shape
+// is not enough: after this, such batches allocate nothing.
+void reserve_quantized_batch(int jobs, int64_t rows, int64_t max_k, int64_t max_n);
 
 // bf16 x, bf16 W, fp32 accumulation; bf16 or fp32 out.
 void linear_bf16(const uint16_t* x, int64_t M, const uint16_t* W, int64_t N, int64_t K, uint16_t* y,

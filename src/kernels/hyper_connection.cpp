@@ -89,13 +89,14 @@ void hc_mixes(const uint16_t* X, int hc, int64_t D, const float* fn, float norm_
 }
 
 void hc_split_sinkhorn(const float* mixes, int hc, const float* base, const float* scale,
-                       int sinkhorn_iters, float hc_eps, float* pre, float* post, float* comb) {
+                       int sinkhorn_iters, float hc_eps, float* pre, float* post, float* comb, int libm_from) {
   check_hc(hc);
+  auto sigmoid = [&](int c, float x) { return c < libm_from ? torch_vec_sigmoid(x) : torch_scalar_sigmoid(x); };
   for (int c = 0; c < hc; ++c) {
     const float zp = mixes[c] * scale[0];
-    pre[c] = torch_vec_sigmoid(zp + base[c]) + hc_eps;
+    pre[c] = sigmoid(c, zp + base[c]) + hc_eps;
     const float zq = mixes[hc + c] * scale[1];
-    post[c] = 2.0f * torch_vec_sigmoid(zq + base[hc + c]);
+    post[c] = 2.0f * sigmoid(c, zq + base[hc + c]);
   }
   float* C = comb;
   for (int k = 0; k < hc * hc; ++k) {

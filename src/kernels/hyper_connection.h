@@ -55,8 +55,11 @@ void hc_mixes_from_dots(const uint16_t* X, int hc, int64_t D, const float* dots,
 // sigmoid(x) = 1 / (1 + exp(0 - x)) and every exp above is PyTorch's vectorized exp
 // (vector_exp.h); sums run over ascending index from +0.
 // comb is row-major C[i][j]: i = source copy, j = destination copy (hc_post applies C^T).
+// libm_from: pre[c] and post[c] with c >= libm_from take libm's expf instead: the scalar tail of
+// PyTorch's elementwise loop over the reference's [S][hc] pre / post tensors of a call
+// (torch_scalar_tail_from, vector_exp.h). hc or more = never, the call-shape-free default.
 void hc_split_sinkhorn(const float* mixes, int hc, const float* base, const float* scale,
-                       int sinkhorn_iters, float hc_eps, float* pre, float* post, float* comb);
+                       int sinkhorn_iters, float hc_eps, float* pre, float* post, float* comb, int libm_from = kMaxHc);
 
 // hc_mixes followed by hc_split_sinkhorn. base is [(2+hc)*hc], scale [3].
 // Released values: hc 4, D 5120, sinkhorn_iters 20, hc_eps 1e-6, norm_eps 1e-20.

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/numeric_formats.h"
+#include "kernels/vector_exp.h"
 #include "kernels/simd_kernels.h"
 
 // denom*alpha + sum and acc*alpha + partial are separate fp32 roundings in the reference:
@@ -51,7 +52,7 @@ void sparse_attention_row(const uint16_t* q, int H, int64_t Dh, const uint16_t* 
       }
 
       const float new_max = std::max(running_max, block_max);
-      const float alpha = std::exp(running_max - new_max);
+      const float alpha = torch_vec_expf(running_max - new_max);
       // Block sums of P and of bf16(P) * V: exact in double (fp32 P, and bf16 P times a bf16 V,
       // are exact there), rounded once to fp32. logits[j] is reused for bf16(P_j).
       double p_sum = 0.0;
@@ -60,7 +61,7 @@ void sparse_attention_row(const uint16_t* q, int H, int64_t Dh, const uint16_t* 
           logits[j] = 0.0f;
           continue;
         }
-        const float p = std::exp(logits[j] - new_max);
+        const float p = torch_vec_expf(logits[j] - new_max);
         p_sum += double(p);
         logits[j] = round_bf16(p);  // probabilities enter the PV product as bf16
       }
@@ -81,7 +82,7 @@ void sparse_attention_row(const uint16_t* q, int H, int64_t Dh, const uint16_t* 
 
     // The sink only enters the denominator, unscaled. With no valid entry the max is still
     // -1e30, exp(sink + 1e30) = inf and 0 / inf = 0: exact zeros, as in the reference.
-    denom = denom + std::exp(attn_sink[h] - running_max);
+    denom = denom + torch_vec_expf(attn_sink[h] - running_max);
     uint16_t* oh = out + static_cast<int64_t>(h) * Dh;
     for (int64_t d = 0; d < Dh; ++d) oh[d] = f32_to_bf16(acc[d] / denom);
   }

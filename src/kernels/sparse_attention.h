@@ -16,6 +16,10 @@
 //               M     = M'
 //   after all blocks: denom = denom + exp(sink_h - M)   (sink not scaled, denominator only)
 //   out_h = bf16(acc / denom)
+// Every exp is PyTorch's vectorized one (SLEEF's expf_u10, kernels/vector_exp.h), as the golden
+// reference's kernel port computes them with torch.exp over whole tensors: libm's expf differs in
+// the last bit for ~1 % of inputs, which moved a bf16(P) across its rounding boundary and an output
+// by a bf16 ulp (three isolated divergences in the second set of golden cases).
 // The two block sums are exact (summed in double, each term exact there) and rounded once to
 // fp32, like the dot products: order-free, and what the reference's tensor-core block sums give.
 // A sequential fp32 sum was measured to move one output by a bf16 ulp, which flipped an FP8 code

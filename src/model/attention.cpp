@@ -3,12 +3,20 @@
 // top-k entries of the shared compressed KV; attention sink; inverse RoPE on the output; grouped
 // low-rank output projection.
 //
-// Canonical key order (what makes every call shape give the same numbers): the window keys of a
-// query, oldest position first, followed by its compressed entries in ascending entry order;
-// invalid slots are simply absent. The reference's prefill lists the same window keys in the
-// same order; its decode lists the ring oldest-first too, with unfilled slots as -1 in front, and
-// pads compressed lists with -1 — which shifts its 64-wide online-softmax blocks (spec pitfall 17,
-// about 1 bf16 ulp).
+// The attention list of a query (what its online softmax sums, in 64-entry blocks: the block
+// boundaries decide where it rounds, so the list's layout is part of the numerics):
+//   [window segment][compressed entries, ascending]
+// The window segment holds the query's window keys oldest first, plus empty slots (no key:
+// masked to -inf, they add nothing but still occupy their place in a block). Its layout:
+//  - canonical (default): W slots, keys first, empty slots after. It depends on the position
+//    alone, so prefill, decode and any chunking give the same numbers; it is the reference's
+//    own prefill layout for calls of at least W tokens, and its decode layout once the ring is
+//    full.
+//  - the reference's (ForwardOptions::reference_call_shapes): a call at position 0 lists
+//    min(S, W) slots, keys first (get_window_topk_idxs' prefill rows); a later call lists the
+//    whole ring oldest first, W slots with the unfilled ones first (its decode row). Rows of a
+//    chunked call (S > 1 at start > 0, a shape the reference has not) are laid out like decode.
+// The compressed entries' -1 padding always trails, where it cannot move a block boundary.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -177,7 +185,13 @@ void attention_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
       const int64_t h0 = H * g / head_groups, h1 = H * (g + 1) / head_groups;
       rows.clear();
       const int64_t p = ctx.pos(int(s));
-      for (int64_t k = std::max(window_floor, p - (W - 1)); k <= p; ++k) rows.push_back(window_row(k));
+      const int64_t first = std::max(window_floor, p - (W - 1)), keys = p - first + 1;
+      const bool keys_last = ctx.opt.reference_call_shapes && ctx.start > 0;
+      const int64_t slots = ctx.opt.reference_call_shapes && ctx.start == 0 ? std::min<int64_t>(S, W) : W;
+      const bool compressed_follow = topk && !(*topk)[s].empty();  // trailing empty slots matter only then
+      if (keys_last) rows.insert(rows.end(), size_t(slots - keys), nullptr);
+      for (int64_t k = first; k <= p; ++k) rows.push_back(window_row(k));
+      if (!keys_last && compressed_follow) rows.insert(rows.end(), size_t(slots - keys), nullptr);
       if (topk)
         for (int32_t e : (*topk)[s]) {
           const int64_t i = use_slot_table ? entry_slot[size_t(e)]

@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "kernels/hyper_connection.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/vector_exp.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -60,7 +61,8 @@ void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, 
         std::array<float, hc_mix_count(kMaxHc)> mixes;
         hc_mixes_from_dots(X + s * hc * D, hc, D, dots.data() + s * nmix, norm_eps, mixes.data());
         hc_split_sinkhorn(mixes.data(), hc, base, scale, c.hc_sinkhorn_iters, hc_eps, mix.pre.data() + s * hc,
-                          mix.post.data() + s * hc, mix.comb.data() + s * hc * hc);
+                          mix.post.data() + s * hc, mix.comb.data() + s * hc * hc,
+                          int(ctx.opt.reference_call_shapes ? torch_scalar_tail_from(s, S, hc) : hc));
         hc_pre(X + s * hc * D, mix_in.data() + s * hc, hc, D, b.h.data() + s * D);
         rmsnorm_row(b.h.data() + s * D, norm_w, D, norm_eps, b.hn.data() + s * D);
       }

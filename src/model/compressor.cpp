@@ -16,6 +16,7 @@
 #include "kernels/quant.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/vector_exp.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -57,12 +58,14 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
       std::memcpy(ls.group_score.data() + slot * Dh, zf.data() + s * Dh, size_t(Dh) * 4);
       if ((p + 1) % m != 0) continue;
       for (int64_t ch = 0; ch < Dh; ++ch) {
-        // softmax over the group's m gates of this channel, then the gated sum (t ascending)
+        // softmax over the group's m gates of this channel, then the gated sum (t ascending).
+        // torch.softmax over the group dim runs vectorized along the channels (a multiple of 8):
+        // SLEEF's exp for every element.
         float mx = -INFINITY;
         for (int t = 0; t < m; ++t) mx = std::max(mx, ls.group_score[t * Dh + ch]);
         float e[64], sum = 0.f;
         for (int t = 0; t < m; ++t) {
-          e[t] = std::exp(ls.group_score[t * Dh + ch] - mx);
+          e[t] = torch_vec_expf(ls.group_score[t * Dh + ch] - mx);
           sum += e[t];
         }
         float acc = 0.f;

@@ -13,6 +13,7 @@
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/torch_sum.h"
+#include "kernels/vector_exp.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -99,6 +100,7 @@ void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights
     DS41_SCRATCH(float, prod, D);
     for (int64_t s = s0; s < s1; ++s) {
       const bool active = !text || (*text)[size_t(s)];
+      const int64_t libm_from = ctx.opt.reference_call_shapes ? torch_scalar_tail_from(s, S, hc) : hc;
       const uint16_t* kvs = kv.data() + s * (hc + 1) * D;
       for (int64_t d = 0; d < D; ++d) v[size_t(d)] = bf16_to_f32(kvs[hc * D + d]);
       for (int ci = 0; ci < hc; ++ci) {
@@ -114,7 +116,8 @@ void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights
           for (int64_t d = 0; d < D; ++d) prod[size_t(d)] = (h[size_t(d)] * wgt[size_t(ci * D + d)]) * k[size_t(d)];
           const float dot = (torch_sum_f32(prod.data(), D) * rstd) * inv_sqrt_dim;
           const float g = std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot);
-          gate = 1.0f / (1.0f + std::exp(-g));
+          // torch.sigmoid over the call's [S][hc] gates: the vector path except its scalar tail.
+          gate = ci < libm_from ? torch_vec_sigmoid(g) : torch_scalar_sigmoid(g);
         }
         if (gate == 0.f) continue;  // h + 0 * value = h: the copy passes through unchanged
         for (int64_t d = 0; d < D; ++d) xc[d] = f32_to_bf16(h[size_t(d)] + gate * v[size_t(d)]);

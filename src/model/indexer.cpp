@@ -149,13 +149,6 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
   const int64_t max_runs = pool_restricted ? int64_t(c.candidate_topk_blocks) + 1 : 1;
   auto select_row = [&](int64_t s, float* score, const auto& score_runs) {
     const int64_t count = (ctx.pos(int(s)) + 1) / m;  // entries whose whole group is visible
-    if (ctx.hooks && ctx.hooks->pin_topk) {
-      if (auto pinned = ctx.hooks->pin_topk(lp.id, int(s))) {
-        if (pool_source) ctx.candidates[s].assign(size_t(total), 1);
-        out[s] = *pinned;
-        return;
-      }
-    }
     // Canonical row width = the entries this query can see. The reference's decode call has
     // exactly this row; its prefill pads the row with -inf up to the chunk's entry count, which
     // only changes how exact ties are broken. Using the visible width in every call shape keeps
@@ -185,6 +178,14 @@ void indexer_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeight
     if (pool_source)
       candidate_pool_row(score, count, count, c.candidate_topk_blocks, c.candidate_block_size, ctx.candidates[s],
                          planned);
+    // A pinned choice replaces only the top-k list: the scores and the candidate pool above are
+    // still the engine's own, so a pin at the pool's source leaves the pool's decision alone.
+    if (ctx.hooks && ctx.hooks->pin_topk) {
+      if (auto pinned = ctx.hooks->pin_topk(lp.id, int(s))) {
+        out[s] = *pinned;
+        return;
+      }
+    }
     select_topk_row(score, count, count, c.index_topk, out[s]);
   };
   if (!score_packed) {  // rows in parallel

@@ -4,8 +4,8 @@
 // state.pos .. state.pos+S-1 — prefill at 0, single-token decode, and the general chunk at
 // start_pos > 0 with S > 1 that chunked prefill and speculative verification need (the reference
 // has no such call). Every per-row computation is the same whatever the call shape, so prefill,
-// token-by-token decode and any chunking give bit-identical logits (with the corrected index-key
-// reading; see ForwardOptions::corrected_index_keys).
+// token-by-token decode and any chunking give bit-identical logits (with the default numerics; see
+// ForwardOptions::corrected_index_keys and reference_call_shapes).
 #pragma once
 
 #include <cstdint>
@@ -44,12 +44,24 @@ enum class PrefillMode {
 };
 
 struct ForwardOptions {
-  // false (default) = the reference: an index source reads the index keys most recently
+  // true (default) = every indexer reads its own kv source's index keys: the reference's prefill
+  // reading, carried into every call, so a sequence's tokens do not depend on how it was cut
+  // into calls (prefill, decode, chunks, sessions, prefix-cache hits).
+  // false = the reference's decode reading: an index source reads the index keys most recently
   // *published*, and a kv source publishes only in a call where its compressor emitted a latent,
   // so at a decode step that leaves a ratio-2 group incomplete the ratio-2 indexers score against
   // stale keys of another layer (spec §5.5 pitfall; discussed publicly on the model's HF page).
-  // true = the corrected reading: every indexer reads its own kv source's keys.
-  bool corrected_index_keys = false;
+  // `ds41 conform` uses it for the golden cases' decode calls; `--reference-index-keys` elsewhere.
+  bool corrected_index_keys = true;
+  // false (default) = numerics that depend on the position alone, so prefill, decode and any
+  // chunking give the same values. true = the reference's, which depend on the call shape (used
+  // by `ds41 conform`; the last bits of values move, never a rule of the model):
+  //  - the attention list's window segment (model/attention.cpp): min(S, W) slots in a call at
+  //    position 0, unfilled ring slots first in later calls, which moves its 64-entry
+  //    online-softmax blocks (values at positions below W - 1 only);
+  //  - the hyper-connection pre/post sigmoids of a call's last (S * hc mod 16) elements take
+  //    libm's exp, PyTorch's scalar tail (kernels/hyper_connection.h).
+  bool reference_call_shapes = false;
   bool all_logits = false;  // logits for every position of the call, not just the last
   // When set, receives the DSpark drafter's input for every position of the call (spec §B.3):
   // [S][n_targets * dim] bf16, the hc-mean of each target layer's input stream in layer order.
@@ -84,7 +96,8 @@ struct ForwardHooks {
   std::function<void(int layer, int S, uint16_t* X, float* a_in)> before_block;
   // After block L: its output stream and the FFN pre-mix it hands to block L+1.
   std::function<void(int layer, int S, const uint16_t* X, const float* pre_mix)> after_block;
-  // Replace the indexer's choice for query s of index-source layer L: entry ids, ascending.
+  // Replace the indexer's choice for query s of index-source layer L: entry ids, ascending (its
+  // scores, and at the candidate source the candidate pool, are still the engine's own).
   std::function<std::optional<std::vector<int32_t>>(int layer, int s)> pin_topk;
   // Replace the router's choice for token s of layer L (`k` ids in the reference's order).
   std::function<bool(int layer, int s, int32_t* ids)> pin_experts;

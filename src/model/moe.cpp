@@ -9,6 +9,7 @@
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
+#include "kernels/vector_exp.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/topk.h"
 #include "model/forward_context.h"
@@ -20,7 +21,9 @@ float swiglu(float gate, float up, float limit) {
     up = std::clamp(up, -limit, limit);
     gate = std::min(gate, limit);
   }
-  return gate / (1.f + std::exp(-gate)) * up;  // silu(g) * u in fp32
+  // F.silu's vector path, x / (1 + exp(-x)) with SLEEF's exp: every expert tensor it sees is
+  // [rows][inter] with inter a multiple of 32, so no element falls in a scalar tail.
+  return gate / (1.f + torch_vec_expf(-gate)) * up;  // silu(g) * u in fp32
 }
 
 namespace {
@@ -31,12 +34,16 @@ ScoreFunc parse_score_func(const std::string& fn) {  // validated by config_prob
   return fn == "sqrtsoftplus" ? ScoreFunc::SqrtSoftplus : fn == "sigmoid" ? ScoreFunc::Sigmoid : ScoreFunc::Softmax;
 }
 
-// Router scores of one token, in place (softmax over the row, or elementwise).
-void apply_score_function(ScoreFunc fn, float* row, int E) {
+// Router scores of one token, in place (softmax over the row, or elementwise). F.softplus runs
+// over the call's [S][E] scores: exp and log1p of its vector path (SLEEF) except in the scalar
+// tail, columns >= libm_from (libm; see torch_scalar_tail_from).
+void apply_score_function(ScoreFunc fn, float* row, int E, int64_t libm_from) {
   switch (fn) {
     case ScoreFunc::SqrtSoftplus:
       for (int e = 0; e < E; ++e)  // F.softplus with threshold 20: linear above it
-        row[e] = std::sqrt(row[e] > 20.f ? row[e] : std::log1p(std::exp(row[e])));
+        row[e] = std::sqrt(row[e] > 20.f  ? row[e]
+                           : e < libm_from ? torch_vec_log1pf(torch_vec_expf(row[e]))
+                                           : std::log1p(std::exp(row[e])));
       break;
     case ScoreFunc::Sigmoid:
       for (int e = 0; e < E; ++e) row[e] = 1.f / (1.f + std::exp(-row[e]));
@@ -78,8 +85,19 @@ void swiglu_parts(const SwigluPart* parts, int count, float limit, ThreadPool* p
       while (r >= first + parts[i].rows) first += parts[i++].rows;
       const SwigluPart& p = parts[i];
       const int64_t row = r - first, I = p.width;
+      // swiglu() for the row, its exponentials in vectors (the same values).
+      DS41_SCRATCH_UNINIT(float, gate, I, 0);
+      DS41_SCRATCH_UNINIT(float, e, I, 0);
       for (int64_t c = 0; c < I; ++c) {
-        float a = swiglu(bf16_to_f32(p.g[row * I + c]), bf16_to_f32(p.u[row * I + c]), limit);
+        const float g = bf16_to_f32(p.g[row * I + c]);
+        gate[size_t(c)] = limit > 0 ? std::min(g, limit) : g;
+        e[size_t(c)] = -gate[size_t(c)];
+      }
+      torch_vec_expf_in_place(e.data(), I);
+      for (int64_t c = 0; c < I; ++c) {
+        float up = bf16_to_f32(p.u[row * I + c]);
+        if (limit > 0) up = std::clamp(up, -limit, limit);
+        float a = gate[size_t(c)] / (1.f + e[size_t(c)]) * up;
         if (p.route_w) a = p.route_w[row] * a;
         p.h[row * I + c] = f32_to_bf16(a);
       }
@@ -149,7 +167,7 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     float* row = scores.data() + int64_t(s) * E;
     if (c.gate_temp != 1.0)
       for (int e = 0; e < E; ++e) row[e] /= float(c.gate_temp);
-    apply_score_function(score_func, row, E);
+    apply_score_function(score_func, row, E, ctx.opt.reference_call_shapes ? torch_scalar_tail_from(s, S, E) : E);
     const bool image = ctx.image_mask && (*ctx.image_mask)[s] && w.gate_bias_vl && !lp.is_dspark;
     const float* bias = image ? w.gate_bias_vl : w.gate_bias;
     int32_t* sel = ids.data() + int64_t(s) * k;
@@ -207,6 +225,12 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     DS41_SCRATCH_UNINIT(uint16_t, u, H, 0);
     DS41_SCRATCH_UNINIT(uint16_t, h, H, 0);
     DS41_SCRATCH_EMPTY(QuantizedLinearJob, jobs);
+    // Room for the most any routing of these S rows can ask for (w1 and w3 of every expert and
+    // the shared one): how the rows fall on the experts changes from call to call, and a decode
+    // call must not allocate (a verification call of several rows included).
+    scratch_reserve(jobs, size_t(2 * E + 2));
+    const int64_t widest = std::max({D, I, Is});
+    reserve_quantized_batch(2 * E + 2, int64_t(S) * (k + 1), widest, widest);
     for (int e = 0; e < E; ++e) {
       const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
       if (n == 0) continue;

@@ -1,6 +1,7 @@
 #include "runtime/conformance.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -25,12 +26,11 @@ using json = nlohmann::json;
 
 namespace {
 
-// Decisions are compared only where the reference's choice is clearly not a near-tie: an index
-// selection whose k-th vs (k+1)-th score margin exceeds 1/64 of the k-th score (about two bf16
-// ulps), or a routing choice whose score margin exceeds 1e-2 (teacher-forced inputs move router
-// scores by ~1e-3 at most).
-constexpr double kIndexRelativeMargin = 1.0 / 64.0;
-constexpr double kExpertMargin = 1e-2;
+// An exact tie (golden margin == 0: the k-th and (k+1)-th scores are equal) is the reference's
+// arbitrary choice: CPU torch.topk's order among equal values is implementation-defined. Such a
+// decision is not a property of the model, so teacher forcing takes it from the golden (goldens
+// README, "Exact ties"); every other decision is the engine's own and must equal the reference's.
+bool is_exact_tie(float margin) { return margin == 0.0f; }
 
 class Expected {
  public:
@@ -97,6 +97,71 @@ double max_abs_diff_bf16(const uint16_t* a, const uint16_t* b, size_t n) {
   return m;
 }
 int argmax(const float* v, int64_t n) { return int(std::max_element(v, v + n) - v); }
+
+// The reference's decisions of a case, read once: per layer and phase (0 = the prefill call,
+// 1 = the decode calls, one row each) the index lists, routed experts and their margins.
+class GoldenDecisions {
+ public:
+  GoldenDecisions(const Expected& exp, const ModelPlan& plan, int64_t prefill_offset, int64_t decode_offset)
+      : offset_{prefill_offset, decode_offset} {
+    for (const LayerPlan& lp : plan.layers) {
+      if (lp.is_dspark) continue;
+      const std::string base = "decision.layer" + std::to_string(lp.id);
+      for (int ph = 0; ph < 2; ++ph) {
+        const std::string kind = ph == 0 ? ".prefill" : ".decode";
+        if (exp.has(base + ".index_topk" + kind))
+          index_[lp.id][ph] = {exp.i32(base + ".index_topk" + kind), exp.dim(base + ".index_topk" + kind, 1),
+                               exp.f32(base + ".index_margin" + kind)};
+        if (exp.has(base + ".experts" + kind))
+          experts_[lp.id][ph] = {exp.i32(base + ".experts" + kind), exp.dim(base + ".experts" + kind, 1),
+                                 exp.f32(base + ".experts_margin" + kind)};
+        if (exp.has(base + ".candidate_margin" + kind)) candidate_margin_[lp.id][ph] = exp.f32(base + ".candidate_margin" + kind);
+      }
+      if (lp.candidate_source) candidate_source_ = lp.id;
+      if (lp.uses_candidates) uses_candidates_.insert(lp.id);
+    }
+  }
+  bool has_index(int layer, int ph) const { return index_.count(layer) && !index_.at(layer)[ph].ids.empty(); }
+  bool has_experts(int layer, int ph) const { return experts_.count(layer) && !experts_.at(layer)[ph].ids.empty(); }
+  // The index list of row r as entry ids, ascending (window offset removed, -1 padding dropped).
+  std::vector<int32_t> index_entries(int layer, int ph, int64_t r) const {
+    const Kind& d = index_.at(layer)[ph];
+    std::vector<int32_t> e;
+    for (int64_t j = 0; j < d.k; ++j)
+      if (int32_t v = d.ids[size_t(r * d.k + j)]; v >= 0) e.push_back(int32_t(v - offset_[ph]));
+    std::sort(e.begin(), e.end());
+    return e;
+  }
+  // The routed experts of row r in the reference's order (descending biased score).
+  std::vector<int32_t> experts(int layer, int ph, int64_t r) const {
+    const Kind& d = experts_.at(layer)[ph];
+    return {d.ids.begin() + long(r * d.k), d.ids.begin() + long((r + 1) * d.k)};
+  }
+  // Whether row r's index list at `layer` rests on an exact tie: its own top-k, or — for a layer
+  // restricted to the candidate pool — the pool's block top-k at the candidate source (a block
+  // tie changes which entries such a layer may pick, even where its own margin is clear).
+  bool index_tied(int layer, int ph, int64_t r) const {
+    if (is_exact_tie(index_.at(layer)[ph].margin.at(size_t(r)))) return true;
+    if (!uses_candidates_.count(layer) || !candidate_margin_.count(candidate_source_)) return false;
+    const std::vector<float>& cm = candidate_margin_.at(candidate_source_)[ph];
+    return !cm.empty() && is_exact_tie(cm.at(size_t(r)));
+  }
+  bool experts_tied(int layer, int ph, int64_t r) const {
+    return is_exact_tie(experts_.at(layer)[ph].margin.at(size_t(r)));
+  }
+
+ private:
+  struct Kind {
+    std::vector<int32_t> ids;
+    int64_t k = 0;
+    std::vector<float> margin;
+  };
+  int64_t offset_[2];
+  std::map<int, std::array<Kind, 2>> index_, experts_;
+  std::map<int, std::array<std::vector<float>, 2>> candidate_margin_;
+  int candidate_source_ = -1;
+  std::set<int> uses_candidates_;
+};
 
 // What one call recorded: per layer its outputs and decisions.
 struct CallRecord {
@@ -204,8 +269,8 @@ std::string ConformReport::summary() const {
   int failed = 0;
   for (auto& c : checks) failed += !c.pass;
   o << (pass ? "PASS" : "FAIL") << " (" << checks.size() - size_t(failed) << "/" << checks.size() << " checks";
-  o << ", decisions " << decisions_matched << "/" << decisions_compared << " clear ones equal, " << decisions_unclear
-    << " near-ties not compared)";
+  o << ", decisions " << decisions_matched << "/" << decisions_compared << " untied ones equal, " << decisions_tied
+    << " exact ties" << (mode == "free" ? "" : " taken from the golden") << ")";
   return o.str();
 }
 
@@ -235,6 +300,7 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
   auto model = Model::load((dir / cj.value("model", "model")).string());
   const ModelConfig& c = model->config();
   Expected exp((dir / "expected.safetensors").string());
+  const GoldenDecisions golden(exp, model->plan(), int64_t(prompt.size()), c.window_size);
   const bool dspark_case = exp.has("dspark_draft_ids") && !opt.backbone_only;
   if (dspark_case && !model->has_dspark()) throw Error(case_dir + ": the case records DSpark drafts but its model has no draft head");
   const int hc = c.hc_mult;
@@ -253,7 +319,21 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
   const double pre_mix_tol = tol.value("pre_mix_max_abs", 0.0);
   std::set<int> exempt;
   for (int s : gate.value("argmax_exempt_steps", std::vector<int>{})) exempt.insert(s);
-  const double argmax_fraction = gate.value("argmax", 1.0);
+  // tolerance.argmax: the fraction of steps whose argmax must match, or "exact" (every step,
+  // none exempt).
+  double argmax_fraction = 1.0;
+  if (gate.contains("argmax")) {
+    const json& a = gate.at("argmax");
+    if (a.is_string()) {
+      if (a.get<std::string>() != "exact")
+        throw Error(case_dir + ": tolerance.argmax is \"" + a.get<std::string>() + "\" (a fraction or \"exact\")");
+      exempt.clear();
+    } else if (a.is_number()) {
+      argmax_fraction = a.get<double>();
+    } else {
+      throw Error(case_dir + ": tolerance.argmax must be a fraction or \"exact\"");
+    }
+  }
   const std::vector<int> ref_argmax = cj.value("reference_argmax", std::vector<int>{});
 
   // A vision case: its vision stages are checked first, and the prefill call takes the image
@@ -266,6 +346,7 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
   SequenceState st = model->new_sequence();
   ForwardOptions fo;
   fo.corrected_index_keys = !reference_keys;
+  fo.reference_call_shapes = true;  // the reference's call shapes are what the case recorded
   std::vector<CallRecord> calls;
   std::vector<uint16_t> main_hidden;
   if (dspark_case) fo.main_hidden_out = &main_hidden;
@@ -299,27 +380,19 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
       if (int(v.size()) <= s) v.resize(size_t(s) + 1);
       v[size_t(s)].assign(ids, ids + k);
     };
-    if (pinned) {
-      hooks.pin_topk = [&](int layer, int s) -> std::optional<std::vector<int32_t>> {
-        const std::string n = "decision.layer" + std::to_string(layer) + ".index_topk" + (is_prefill ? ".prefill" : ".decode");
-        if (!exp.has(n)) return std::nullopt;
-        auto v = exp.i32(n);
-        const int64_t k = exp.dim(n, 1);
-        const int64_t off = is_prefill ? P : c.window_size;
-        const size_t r = is_prefill ? size_t(s) : size_t(row);
-        std::vector<int32_t> e;
-        for (int64_t j = 0; j < k; ++j)
-          if (v[r * size_t(k) + size_t(j)] >= 0) e.push_back(int32_t(v[r * size_t(k) + size_t(j)] - off));
-        std::sort(e.begin(), e.end());
-        return e;
+    // Pinned: every decision is the reference's. Teacher: only its exact ties are.
+    if (pinned || teacher) {
+      const int ph = is_prefill ? 0 : 1;
+      hooks.pin_topk = [&, ph, row](int layer, int s) -> std::optional<std::vector<int32_t>> {
+        const int64_t r = ph == 0 ? s : row;
+        if (!golden.has_index(layer, ph) || (teacher && !golden.index_tied(layer, ph, r))) return std::nullopt;
+        return golden.index_entries(layer, ph, r);
       };
-      hooks.pin_experts = [&](int layer, int s, int32_t* ids) {
-        const std::string n = "decision.layer" + std::to_string(layer) + ".experts" + (is_prefill ? ".prefill" : ".decode");
-        if (!exp.has(n)) return false;
-        auto v = exp.i32(n);
-        const int64_t k = exp.dim(n, 1);
-        const size_t r = is_prefill ? size_t(s) : size_t(row);
-        for (int64_t j = 0; j < k; ++j) ids[j] = v[r * size_t(k) + size_t(j)];
+      hooks.pin_experts = [&, ph, row](int layer, int s, int32_t* ids) {
+        const int64_t r = ph == 0 ? s : row;
+        if (!golden.has_experts(layer, ph) || (teacher && !golden.experts_tied(layer, ph, r))) return false;
+        const std::vector<int32_t> e = golden.experts(layer, ph, r);
+        std::copy(e.begin(), e.end(), ids);
         return true;
       };
     }
@@ -329,34 +402,102 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
     calls.push_back(std::move(rec));
   }
 
+  // ---- decisions ----------------------------------------------------------------------------
+  // Every decision whose golden margin is not an exact tie must equal the reference's. Free
+  // running makes its own choice at ties too, and a tie it resolves differently sends the rest
+  // of the run elsewhere: from that (call, row) on nothing is compared (rows are causal, so the
+  // earlier rows of the same call still are).
+  struct Cut {
+    int call, row;
+    bool operator<(const Cut& o) const { return call != o.call ? call < o.call : row < o.row; }
+  };
+  Cut free_cut{F + 1, 0};  // first (call, row) past a tie resolved differently
+  std::string untied_note;
+  Cut first_untied{F + 1, 0};
+  // Two passes: free running first finds its cut, then decisions before it are judged.
+  for (int pass = teacher || pinned ? 1 : 0; pass < 2; ++pass)
+  for (int layer = 0; layer < L; ++layer) {
+    for (int call = 0; call <= F; ++call) {
+      const int ph = call == 0 ? 0 : 1;
+      const CallRecord& rec = calls[size_t(call)];
+      const int rows = call == 0 ? P : 1;
+      for (int s = 0; s < rows; ++s) {
+        const int64_t r = call == 0 ? s : call - 1;
+        auto judge = [&](bool tied, bool same) {
+          if (pass == 0) {
+            if (tied && !same) free_cut = std::min(free_cut, Cut{call, s});
+            return;
+          }
+          if (!(Cut{call, s} < free_cut)) return;
+          if (tied) {
+            ++rep.decisions_tied;
+            return;
+          }
+          ++rep.decisions_compared;
+          rep.decisions_matched += same;
+          if (!same && Cut{call, s} < first_untied) {
+            first_untied = Cut{call, s};
+            untied_note = " first at layer " + std::to_string(layer) + (call == 0 ? " prefill row " + std::to_string(s)
+                                                                               : " decode call " + std::to_string(call - 1));
+          }
+        };
+        if (golden.has_index(layer, ph) && rec.topk.count(layer)) {
+          const auto& got = rec.topk.at(layer);
+          judge(golden.index_tied(layer, ph, r), s < int(got.size()) && got[size_t(s)] == golden.index_entries(layer, ph, r));
+        }
+        if (golden.has_experts(layer, ph) && rec.experts.count(layer) && s < int(rec.experts.at(layer).size())) {
+          std::vector<int32_t> ref = golden.experts(layer, ph, r), got = rec.experts.at(layer)[size_t(s)];
+          std::sort(ref.begin(), ref.end());
+          std::sort(got.begin(), got.end());
+          judge(golden.experts_tied(layer, ph, r), ref == got);
+        }
+      }
+    }
+  }
+  // What each check covers: everything, or in free running the calls and rows before the cut.
+  const bool free_mode = !teacher && !pinned;
+  const Cut cut = free_mode ? free_cut : Cut{F + 1, 0};
+  const int prefill_rows = cut.call == 0 ? cut.row : P;
+  const int decode_calls = std::max(0, cut.call - 1);  // decode calls compared (calls 1 .. cut.call-1)
+  std::string cut_note;
+  if (free_mode && cut.call <= F)
+    cut_note = cut.call == 0 ? "prefill rows 0-" + std::to_string(cut.row - 1) + " (an exact tie resolved otherwise at row " +
+                                   std::to_string(cut.row) + ")"
+                             : std::to_string(decode_calls) + " decode calls (an exact tie resolved otherwise in call " +
+                                   std::to_string(cut.call - 1) + ")";
+
   // ---- compare ------------------------------------------------------------------------------
   rep.checks = vision.checks;
   auto add = [&](const std::string& name, double err, double t, bool gated, const std::string& note = "") {
     ConformCheck ch{name, err, gated ? t : -1.0, !gated || err <= t, note};
     rep.checks.push_back(ch);
   };
-  const bool gate_streams = teacher || pinned;
+  // Teacher and pinned gate every stream by the case's tolerances; free running gates what it
+  // compares (before the cut) by the teacher-forced ones.
   for (int layer = 0; layer < L; ++layer) {
     const std::string ln = ".layer" + std::to_string(layer);
     auto xs = exp.bf16("stream" + ln);
     auto pm = exp.f32("pre_mix" + ln);
-    add("prefill stream" + ln, max_abs_diff_bf16(calls[0].stream[layer].data(), xs.data(), xs.size()), stream_tol(layer), gate_streams);
-    add("prefill pre_mix" + ln, max_abs_diff(calls[0].pre_mix[layer].data(), pm.data(), pm.size()), pre_mix_tol, teacher);
+    add("prefill stream" + ln, max_abs_diff_bf16(calls[0].stream[layer].data(), xs.data(), size_t(prefill_rows) * hc * D),
+        stream_tol(layer), true, cut.call == 0 ? cut_note : "");
+    add("prefill pre_mix" + ln, max_abs_diff(calls[0].pre_mix[layer].data(), pm.data(), size_t(prefill_rows) * hc), pre_mix_tol,
+        !pinned);
     auto xd = exp.bf16("stream_decode" + ln);
     auto pd = exp.f32("pre_mix_decode" + ln);
     double es = 0, ep = 0;
-    for (int k = 0; k < F; ++k) {
+    for (int k = 0; k < std::min(F, decode_calls); ++k) {
       es = std::max(es, max_abs_diff_bf16(calls[size_t(k) + 1].stream[layer].data(), xd.data() + size_t(k) * hc * D, size_t(hc * D)));
       ep = std::max(ep, max_abs_diff(calls[size_t(k) + 1].pre_mix[layer].data(), pd.data() + size_t(k) * hc, size_t(hc)));
     }
-    add("decode stream" + ln, es, stream_tol(layer), gate_streams);
-    add("decode pre_mix" + ln, ep, pre_mix_tol, teacher);
+    add("decode stream" + ln, es, stream_tol(layer), true, cut.call <= F ? cut_note : "");
+    add("decode pre_mix" + ln, ep, pre_mix_tol, !pinned);
   }
-  // Logits and the argmax rule (step 0 = prefill, step k = decode row k-1).
+  // Logits and the argmax rule (step 0 = prefill, step k = decode row k-1), up to the cut.
   auto lp = exp.f32("logits_prefill");
   auto ld = exp.f32("logits_decode");
   double el = 0;
-  int matched = 0, steps = F + 1;
+  const int steps = std::min(F + 1, cut.call);
+  int matched = 0;
   bool exempt_rule_ok = true;
   std::string argmax_note;
   for (int k = 0; k < steps; ++k) {
@@ -371,78 +512,28 @@ ConformReport run_conformance(const std::string& case_dir, const ConformOptions&
       argmax_note += " step " + std::to_string(k) + ": " + std::to_string(a) + " vs " + std::to_string(r) + ";";
     }
   }
-  const bool gate_logits = teacher || pinned;
-  add("logits", el, logits_tol, gate_logits);
-  ConformCheck am{"argmax", double(matched) / steps, argmax_fraction, true, argmax_note};
-  am.pass = !gate_logits || (exempt_rule_ok && double(matched) / steps + 1e-9 >= argmax_fraction);
+  add("logits", el, logits_tol, true, steps < F + 1 ? std::to_string(steps) + " of " + std::to_string(F + 1) + " steps" : "");
+  ConformCheck am{"argmax", steps ? double(matched) / steps : 1.0, argmax_fraction, true, argmax_note};
+  am.pass = exempt_rule_ok && (steps == 0 || double(matched) / steps + 1e-9 >= argmax_fraction);
   am.note = std::to_string(matched) + "/" + std::to_string(steps) + " steps match" + argmax_note;
   rep.checks.push_back(am);
 
-  // Decisions.
-  int first_mismatch_step = -1;
-  for (int layer = 0; layer < L; ++layer) {
-    for (int call = 0; call <= F; ++call) {
-      const bool is_prefill = call == 0;
-      const std::string kind = is_prefill ? ".prefill" : ".decode";
-      const std::string base = "decision.layer" + std::to_string(layer);
-      const CallRecord& rec = calls[size_t(call)];
-      const int rows = is_prefill ? P : 1;
-      if (exp.has(base + ".index_topk" + kind) && rec.topk.count(layer)) {
-        auto v = exp.i32(base + ".index_topk" + kind);
-        auto margin = exp.f32(base + ".index_margin" + kind);
-        auto kth = exp.f32(base + ".index_kth" + kind);
-        const int64_t k = exp.dim(base + ".index_topk" + kind, 1);
-        const int64_t off = is_prefill ? P : c.window_size;
-        for (int s = 0; s < rows; ++s) {
-          const size_t r = is_prefill ? size_t(s) : size_t(call - 1);
-          std::vector<int32_t> ref;
-          for (int64_t j = 0; j < k; ++j)
-            if (v[r * size_t(k) + size_t(j)] >= 0) ref.push_back(int32_t(v[r * size_t(k) + size_t(j)] - off));
-          std::sort(ref.begin(), ref.end());
-          const double m = margin[r], kv = std::abs(double(kth[r]));
-          const bool clear = std::isinf(m) || (m > 0 && m > kv * kIndexRelativeMargin);
-          const bool same = s < int(rec.topk.at(layer).size()) && rec.topk.at(layer)[size_t(s)] == ref;
-          if (!clear) { ++rep.decisions_unclear; continue; }
-          ++rep.decisions_compared;
-          rep.decisions_matched += same;
-          if (!same && first_mismatch_step < 0) first_mismatch_step = call;
-        }
-      }
-      if (exp.has(base + ".experts" + kind) && rec.experts.count(layer)) {
-        auto v = exp.i32(base + ".experts" + kind);
-        auto margin = exp.f32(base + ".experts_margin" + kind);
-        const int64_t k = exp.dim(base + ".experts" + kind, 1);
-        for (int s = 0; s < rows; ++s) {
-          const size_t r = is_prefill ? size_t(s) : size_t(call - 1);
-          std::vector<int32_t> ref(v.begin() + long(r * size_t(k)), v.begin() + long((r + 1) * size_t(k)));
-          std::vector<int32_t> got = rec.experts.at(layer)[size_t(s)];
-          std::sort(ref.begin(), ref.end());
-          std::sort(got.begin(), got.end());
-          if (!(margin[r] > kExpertMargin)) { ++rep.decisions_unclear; continue; }
-          ++rep.decisions_compared;
-          rep.decisions_matched += ref == got;
-          if (ref != got && first_mismatch_step < 0) first_mismatch_step = call;
-        }
-      }
-    }
-  }
   // ---- DSpark draft head --------------------------------------------------------------------
   // The case's drafter tolerances are teacher-forced in every mode (case.json dspark.tolerance):
   // the rings get the golden main_hidden and each block starts from the golden target token, and
   // the Markov chain follows the golden drafts (a differing draft would change the next bias).
   // Our own picks (argmax, temperature 0) are compared wherever the reference's choice is clear.
   DSparkRun drafts;
-  if (dspark_case) drafts = run_dspark_checks(*model, st, exp, cj.at("dspark"), calls, P, F, pool, rep, gate_streams, stream_tol);
+  if (dspark_case)
+    drafts = run_dspark_checks(*model, st, exp, cj.at("dspark"), calls, P, F, pool, rep, cut.call > F, stream_tol);
 
-  if (teacher || pinned) {
-    ConformCheck dc{"decisions", double(rep.decisions_compared - rep.decisions_matched), 0.0,
-                    rep.decisions_matched == rep.decisions_compared,
-                    std::to_string(rep.decisions_matched) + "/" + std::to_string(rep.decisions_compared) + " clear decisions equal"};
-    rep.checks.push_back(dc);
-  } else {
-    rep.checks.push_back({"first differing decision (call)", double(first_mismatch_step), -1, true,
-                          first_mismatch_step < 0 ? "none" : "call " + std::to_string(first_mismatch_step)});
-  }
+  rep.checks.push_back({"decisions", double(rep.decisions_compared - rep.decisions_matched), 0.0,
+                        rep.decisions_matched == rep.decisions_compared,
+                        std::to_string(rep.decisions_matched) + "/" + std::to_string(rep.decisions_compared) +
+                            " untied decisions equal" + untied_note});
+  if (free_mode)
+    rep.checks.push_back({"first tie resolved otherwise (call)", double(cut.call <= F ? cut.call : -1), -1, true,
+                          cut.call <= F ? cut_note : "none: every call compared"});
 
   rep.ran = true;
   rep.pass = std::all_of(rep.checks.begin(), rep.checks.end(), [](const ConformCheck& ch) { return ch.pass; });

@@ -21,7 +21,7 @@ struct PrefillCompareOptions {
   uint64_t seed = 1;
   int continuation = 32;               // generated tokens compared after the prompt
   int repeats = 1;                     // timed prefills per mode; the fastest counts
-  bool corrected_index_keys = false;
+  bool corrected_index_keys = true;
   bool ced = true;                     // compare a CED prefill with the full one
   bool session_replay = false;         // compare a compact save + restore with the full prefill
 };

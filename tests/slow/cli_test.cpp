@@ -240,6 +240,42 @@ TEST(Cli, RunSavesExactAndCompactSessionsOfALongSequence) {
   EXPECT_NE(bad.err.find("--save-session"), std::string::npos) << bad.err;
 }
 
+// With the default options a sequence's greedy tokens do not depend on how it was cut into
+// calls: one prefill, a chunked prefill, and a saved session continued with the rest of the
+// prompt (exact, and compact within the window, where the replay rebuilds the rings exactly) all
+// generate the same tokens. The prompt (160 tokens) wraps the 128-slot window.
+TEST(Cli, DefaultTokensDoNotDependOnHowTheSequenceWasCut) {
+  const std::string m = "-m " + test::tiny_model_dir(false) + " --threads 2";
+  test::TempDir tmp;
+  auto ids = [](int from, int to) {  // ids of long_prompt(160)[from, to)
+    std::string s;
+    for (int i = from; i < to; ++i) s += (i > from ? "," : "") + std::to_string((int64_t(i) * 7919 + 13) % 129280);
+    return s;
+  };
+  const std::string gen = " --max-tokens 24";
+  auto one = run_ds41("run " + m + " --tokens " + ids(0, 160) + gen);
+  ASSERT_EQ(one.status, 0) << one.err;
+  ASSERT_FALSE(one.out.empty());
+  for (const char* chunk : {"1", "7", "64"}) {
+    auto chunked = run_ds41("run " + m + " --tokens " + ids(0, 160) + gen + " --chunk " + chunk);
+    ASSERT_EQ(chunked.status, 0) << chunked.err;
+    EXPECT_EQ(chunked.out, one.out) << "--chunk " << chunk;
+  }
+  // Sessions: the first part of the prompt in one process, the rest (and the answer) in another.
+  for (const auto& [cut, kind] : std::vector<std::pair<int, std::string>>{{100, " --exact"}, {150, " --exact"}, {90, ""}}) {
+    const std::string file = tmp.path() + "/s" + std::to_string(cut) + (kind.empty() ? "c" : "e");
+    auto first = run_ds41("run " + m + " --tokens " + ids(0, cut) + " --max-tokens 0 --save-session " + file + kind);
+    ASSERT_EQ(first.status, 0) << first.err;
+    auto rest = run_ds41("run " + m + " --load-session " + file + " --tokens " + ids(cut, 160) + gen);
+    ASSERT_EQ(rest.status, 0) << rest.err;
+    EXPECT_EQ(rest.out, one.out) << "session cut at " << cut << kind;
+  }
+  // The reference's decode-path reading stays available, and is a different reading.
+  auto ref = run_ds41("run " + m + " --tokens " + ids(0, 160) + gen + " --reference-index-keys --json");
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  EXPECT_EQ(nlohmann::json::parse(ref.out)["generated"].size(), 24u);
+}
+
 TEST(Cli, RunCedPrefillWithinTheWindowEqualsFull) {
   const std::string m = "-m " + test::tiny_model_dir(false) + " --threads 2 --max-tokens 3";
   const std::string prompt = long_prompt(100);

@@ -160,10 +160,13 @@ SpecRun spec_generate(const Model& m, const std::vector<int32_t>& prompt, int n,
 
 constexpr int kPrompt = 100;  // + 64 generated: the 128-slot rings wrap during generation
 constexpr int kGenerate = 64;
+// A prompt whose greedy continuation runs kGenerate tokens without an end token (with the default
+// numerics), so that the rings wrap while drafting.
+constexpr uint32_t kLongAnswerSeed = 11;
 
 TEST(DSparkSpeculative, GreedyEqualsPlainForEveryDraftLengthAndThreadCount) {
   const Model& m = spec_model();
-  const auto prompt = random_prompt(kPrompt, 1);
+  const auto prompt = random_prompt(kPrompt, kLongAnswerSeed);
   ThreadPool two(2), three(3);
   const PlainRun plain = plain_greedy(m, prompt, kGenerate, {}, &two, false);
   ASSERT_EQ(int(plain.tokens.size()), kGenerate);
@@ -188,7 +191,7 @@ TEST(DSparkSpeculative, GreedyEqualsPlainForEveryDraftLengthAndThreadCount) {
 // needs its argmax only): the same tokens, and every logit it computes is plain decoding's.
 TEST(DSparkSpeculative, GreedyWithTheHeadScreenEqualsPlain) {
   const Model& m = spec_model();
-  const auto prompt = random_prompt(kPrompt, 1);
+  const auto prompt = random_prompt(kPrompt, kLongAnswerSeed);
   ThreadPool two(2);
   const PlainRun plain = plain_greedy(m, prompt, kGenerate, {}, &two, false);
   SpeculativeOptions opt;
