@@ -64,6 +64,7 @@ int cmd_chat(int argc, char** argv) {
     ProgressBar bar("loading");
     model = Model::load(dir, [&](const char* stage, int64_t d, int64_t t) { bar.update(stage, d, t); });
   }
+  model->restrict_output_ids(tok.ids_with_a_token(model->config().vocab_size));  // never an id without a token
   Conversation conv(*model, tok, so, &pool);
   conv.set_system(args.get_or("system", ""));
   conv.prompt_options().thinking_mode = args.flag("think") ? ThinkingMode::thinking : ThinkingMode::chat;

@@ -114,6 +114,8 @@ int cmd_run(int argc, char** argv) {
     if (args.flag("mlock")) lock_model_weights(model->weights());
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  // Text out: ids the tokenizer has no token for (the model's padding rows) are never generated.
+  if (tok) model->restrict_output_ids(tok->ids_with_a_token(model->config().vocab_size));
   const ModelConfig& c = model->config();
   ForwardOptions fo;
   fo.corrected_index_keys = !args.flag("reference-index-keys");
@@ -145,7 +147,8 @@ int cmd_run(int argc, char** argv) {
       po.thinking_mode = thinking ? ThinkingMode::thinking : ThinkingMode::chat;
       po.reasoning_effort = parse_reasoning_effort(args.get_or("effort", "high"));
       po.add_bos = start_pos == 0;  // a continued session already has its BOS
-      prompt = tok->encode(encode_prompt(messages, po).text);
+      const EncodedPrompt ep = encode_prompt(messages, po);
+      prompt = tok->encode(ep.text, ep.text_spans);  // the message stays text
     }
   } else {
     prompt = parse_token_ids(args.get_or("tokens", "0,128803,63006,44388,305,4575"), c.vocab_size);

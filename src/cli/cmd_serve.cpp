@@ -13,6 +13,7 @@
 #include "server/engine.h"
 #include "server/server.h"
 #include "server/text_side.h"
+#include "text/tokenizer.h"
 #include "text/prompt_encoder.h"
 
 namespace ds41::cli {
@@ -82,6 +83,8 @@ int cmd_serve(int argc, char** argv) {
     ProgressBar bar("loading " + dir);
     model = Model::load(dir, [&](const char* stage, int64_t done, int64_t total) { bar.update(stage, done, total); });
   }
+  // The model's padding rows (ids the tokenizer has no token for) are never generated.
+  model->restrict_output_ids(text.tokenizer().ids_with_a_token(model->config().vocab_size));
   const int64_t ctx = args.get_int("ctx", 0);
   if (ctx < 0) throw Error("--ctx must be >= 0");
   eo.max_context = ctx > 0 ? std::min(ctx, model->config().max_seq_len) : model->config().max_seq_len;

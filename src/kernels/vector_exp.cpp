@@ -32,17 +32,29 @@ float torch_vec_expf(float x) {
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// SLEEF declares its AVX2 functions only to includers compiled with AVX2; the library always
-// exports them, and this runs only on CPUs that have it.
+// Only what lies between the target pragmas is compiled for AVX2 (and runs only on CPUs that
+// have it). SLEEF declares its AVX2 functions only to includers compiled with AVX2; the library
+// always exports them.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
 extern "C" __m256 Sleef_expf8_u10avx2(__m256);
 
 namespace {
-__attribute__((target("avx2,fma"))) void expf_in_place_avx2(float* x, int64_t n) {
+void expf_in_place_avx2(float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, Sleef_expf8_u10avx2(_mm256_loadu_ps(x + i)));
   for (; i < n; ++i) x[i] = Sleef_expf1_u10purecfma(x[i]);
 }
 }  // namespace
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
 #endif
 
 void torch_vec_expf_in_place(float* x, int64_t n) {

@@ -184,6 +184,7 @@ void Model::dspark_draft_into(DSparkDraft& out, SequenceState& state, int32_t to
     linear_f32_wbf16(e.data(), 1, weights_.dspark.markov_head, V, Rk, bias.data(), pool);
     float* row = out.logits.data() + int64_t(k) * V;
     for (int64_t v = 0; v < V; ++v) row[v] += bias[size_t(v)];
+    mask_disallowed_output(row, 1);  // drafts are never ids without a token
     // Confidence of slot k: [hidden_k ; W1[previous token]] (the embedding of out[k], §B.4 step 4).
     for (int64_t d = 0; d < D; ++d) conf_in[size_t(d)] = bf16_to_f32(hidden[size_t(k * D + d)]);
     std::copy(e.begin(), e.end(), conf_in.begin() + D);

@@ -74,7 +74,7 @@ int64_t HeadScreen::bytes() const {
 int64_t HeadScreen::bytes_read(int64_t candidates) const { return bytes() + candidates * K_ * 2; }
 
 HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int k, const uint16_t* head,
-                                          float* logits, ThreadPool* pool) const {
+                                          float* logits, ThreadPool* pool, const uint8_t* allowed) const {
   Result res;
   if (k < 1 || k > kMaxTopK || n_vectors < 1 || n_vectors > kMaxVectors) return res;
   k = int(std::min<int64_t>(k, V_));
@@ -149,8 +149,9 @@ HeadScreen::Result HeadScreen::top_logits(const float* x, int64_t n_vectors, int
           const double quantization = t.sx_habs * ev + t.dmax * (sv * double(abs_sum_[size_t(v)]) + double(K) * ev);
           const double bound =
               quantization * kInflate + t.twin_scale * norm_[size_t(v)] + underflow + std::fabs(approx) * 0x1p-45;
-          upper[size_t(i)] = approx + bound;
-          lower[size_t(i)] = approx - bound;
+          const bool excluded = allowed && !allowed[v];  // an id that may not be produced: never a candidate
+          upper[size_t(i)] = excluded ? -std::numeric_limits<double>::infinity() : approx + bound;
+          lower[size_t(i)] = excluded ? -std::numeric_limits<double>::infinity() : approx - bound;
           logits[m * V_ + v] = minus_inf;
         }
         double* best = lows.data() + (c * M + m) * k;  // descending

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -58,8 +59,10 @@ class HeadScreen {
   // the others. decided only if every vector's were (else the contents are unspecified);
   // candidates counts them all. The int8 head is read once for up to four vectors. `head` is
   // the bf16 head the screen was built from.
+  // With `allowed` ([vocab], optional), rows v with allowed[v] == 0 are never candidates (their
+  // logits stay -inf): k counts the allowed rows only.
   Result top_logits(const float* x, int64_t n_vectors, int k, const uint16_t* head, float* logits,
-                    ThreadPool* pool) const;
+                    ThreadPool* pool, const uint8_t* allowed = nullptr) const;
 
   int64_t vocab() const { return V_; }
   int64_t dim() const { return K_; }

@@ -208,6 +208,18 @@ class Model {
   // only those positions, bit for bit. The DSpark rings must not hold positions beyond keep_pos.
   void rollback(SequenceState& state, int64_t keep_pos) const;
 
+  // Only ids with allowed[id] != 0 are ever produced (ids at or beyond allowed.size() are not):
+  // every head product (forward, batched steps, DSpark drafts) gives the others -inf, and the
+  // head screen never picks them. For a tokenizer that has no token for some of the model's rows
+  // (the released vocabulary is padded: 128,815 tokenizer ids in the V3 file, 129,280 rows), so
+  // that no sampled, greedy or drafted id lacks a token. Empty: every id. Call before generating
+  // (not while other threads run forward calls).
+  void restrict_output_ids(std::vector<uint8_t> allowed);
+  // Whether `id` may be produced.
+  bool output_id_allowed(int64_t id) const {
+    return output_allowed_.empty() || (id >= 0 && id < int64_t(output_allowed_.size()) && output_allowed_[size_t(id)]);
+  }
+
   // The LM head's int8 screen for calls with ForwardOptions::head_top_k > 0, built on first use
   // (nullptr if the head cannot have one: model/head_screen.h). Thread-safe.
   const HeadScreen* head_screen(ThreadPool* pool) const;
@@ -224,7 +236,11 @@ class Model {
   // head product.
   void head_logits(const float* hf, int64_t rows, const ForwardOptions& opt, ThreadPool* pool,
                    const ForwardHooks* hooks, float* logits) const;
+  // -inf at the ids that may not be produced, in `rows` rows of logits.
+  void mask_disallowed_output(float* logits, int64_t rows) const;
   ModelConfig config_;
+  std::vector<uint8_t> output_allowed_;     // [vocab_size] or empty (every id)
+  std::vector<int32_t> output_disallowed_;  // the ids it excludes, ascending
   ModelPlan plan_;
   ModelWeights weights_;
   mutable std::once_flag head_screen_once_;

@@ -1,7 +1,9 @@
 // The backbone forward pass (spec backbone.md §4, §7, §9): embedding -> hc copies -> blocks
 // (Engram, attention and MoE between hc_pre / hc_post, single-pass coefficients) -> collapse with
 // the last FFN pre-mix -> final norm -> fp32 head.
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <new>
 
@@ -188,7 +190,9 @@ void Model::head_logits(const float* hf, int64_t rows, const ForwardOptions& opt
       if (!head_screen_backoff_.try_screen(opt.head_top_k)) {
         if (hooks && hooks->on_head_screen) hooks->on_head_screen(HeadScreenOutcome::Skipped, 0);
       } else {
-        const HeadScreen::Result r = screen->top_logits(hf, rows, opt.head_top_k, weights_.head, logits, pool);
+        const HeadScreen::Result r =
+            screen->top_logits(hf, rows, opt.head_top_k, weights_.head, logits, pool,
+                               output_allowed_.empty() ? nullptr : output_allowed_.data());
         head_screen_backoff_.record(opt.head_top_k, r.decided);
         if (hooks && hooks->on_head_screen)
           hooks->on_head_screen(r.decided ? HeadScreenOutcome::Decided : HeadScreenOutcome::FellBack, r.candidates);
@@ -196,6 +200,25 @@ void Model::head_logits(const float* hf, int64_t rows, const ForwardOptions& opt
       }
     }
   linear_f32_wbf16_packed(hf, rows, weights_.head_packed, logits, pool);
+  mask_disallowed_output(logits, rows);
+}
+
+void Model::restrict_output_ids(std::vector<uint8_t> allowed) {
+  output_disallowed_.clear();
+  if (allowed.empty()) {
+    output_allowed_.clear();
+    return;
+  }
+  allowed.resize(size_t(config_.vocab_size), 0);
+  for (int64_t v = 0; v < config_.vocab_size; ++v)
+    if (!allowed[size_t(v)]) output_disallowed_.push_back(int32_t(v));
+  output_allowed_ = output_disallowed_.empty() ? std::vector<uint8_t>{} : std::move(allowed);
+}
+
+void Model::mask_disallowed_output(float* logits, int64_t rows) const {
+  const int64_t V = config_.vocab_size;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int32_t v : output_disallowed_) logits[r * V + v] = -std::numeric_limits<float>::infinity();
 }
 
 void Model::forward_call(std::vector<float>& logits, SequenceState& state, const std::vector<int32_t>& tokens,

@@ -61,7 +61,8 @@ std::vector<int32_t> Conversation::encode_conversation(bool) const {
   ojson all = ojson::array();
   if (!system_.empty()) all.push_back({{"role", "system"}, {"content", system_}});
   for (const auto& m : messages_) all.push_back(m);
-  return tok_.encode(encode_prompt(all, prompt_).text);
+  const EncodedPrompt ep = encode_prompt(all, prompt_);
+  return tok_.encode(ep.text, ep.text_spans);  // client text stays text
 }
 
 void Conversation::start_sequence(const std::vector<int32_t>& ids, TurnResult& r, int64_t chunk) {

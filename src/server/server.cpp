@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <httplib.h>
@@ -25,6 +26,9 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// How often a non-streamed answer writes a JSON-insignificant space while it is made.
+constexpr int kKeepAliveMs = 100;
+
 // One generation as the HTTP layer sees it: engine events in, wire text out.
 struct Job {
   ApiRequest req;
@@ -34,16 +38,25 @@ struct Job {
   std::unique_ptr<ResponseWriter> writer;
   Usage usage;
   bool started = false, done = false, saw_tool_calls = false;
+  std::chrono::steady_clock::time_point last_sent{};  // of the last bytes written to the client
 
-  // Waits up to `timeout_ms` for engine events and returns the text to send (possibly empty).
+  // Takes the engine's events for at most `timeout_ms` (returning early once it has text to send)
+  // and returns the text to send (possibly empty). A non-streamed answer's events produce no text
+  // until the end, so the time limit is what returns control to the HTTP layer while tokens flow.
   std::string pump(int timeout_ms) {
     std::string out;
     if (!started) {
       started = true;
       out += writer->start(usage);
     }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    auto wait_ms = [&] {
+      if (!out.empty()) return 0;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      return int(std::max<int64_t>(0, left.count()));
+    };
     EngineEvent ev;
-    while (!done && handle->next(ev, out.empty() ? timeout_ms : 0)) {
+    while (!done && std::chrono::steady_clock::now() < deadline && handle->next(ev, wait_ms())) {
       if (ev.kind == EngineEvent::Kind::Token) {
         ++usage.completion_tokens;
         ReplyDelta d = decoder->feed(ev.token);
@@ -157,13 +170,34 @@ struct Server::Impl {
           [this, job, stream](size_t, httplib::DataSink& sink) {
             auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
             if (!job->done) {
-              std::string out = job->pump(stream ? 100 : 1000);
-              if (!stream) out = job->done ? job->writer->body().dump() : std::string(out.empty() ? " " : "");
+              std::string out;
+              try {
+                out = job->pump(stream ? 100 : kKeepAliveMs);
+                if (!stream) {
+                  // A space at least every kKeepAliveMs while the answer is made: a client that
+                  // went away makes a write fail within two of them, and its generation is
+                  // cancelled (a space only when no event came would never be written while
+                  // tokens flow).
+                  const auto now = std::chrono::steady_clock::now();
+                  out = job->done ? job->writer->body().dump()
+                        : now - job->last_sent >= std::chrono::milliseconds(kKeepAliveMs) ? " " : "";
+                }
+              } catch (const std::exception& e) {
+                // Nothing the model emits may end the process: this request ends with an error
+                // (the status line has gone out: an error event, or an error body).
+                job->handle->cancel();
+                job->done = true;
+                ++http_errors;
+                const std::string msg = std::string("generation failed: ") + e.what();
+                out = stream ? job->writer->stream_error(msg)
+                             : error_body(job->req.kind, 500, "server_error", msg, "").dump();
+              }
               if (!write(out)) {
                 job->handle->cancel();
                 ++disconnects;
                 return false;
               }
+              if (!out.empty()) job->last_sent = std::chrono::steady_clock::now();
               if (!job->done) return true;
             }
             sink.done();

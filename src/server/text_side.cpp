@@ -120,7 +120,7 @@ RenderedPrompt TextSide::render(const ApiRequest& r) const {
   } catch (const Error& e) {
     throw bad_request(e.what(), "messages");
   }
-  out.ids = tok_->encode(ep.text);
+  out.ids = tok_->encode(ep.text, ep.text_spans);  // client text stays text
   for (const auto& img : ep.images) out.images.push_back(img.value("url", img.dump()));
   // The state before the last assistant header is what the next turn shares (in thinking mode
   // that header changes from "<think>" to "</think>" once the turn is in the past).

@@ -315,9 +315,34 @@ std::string string_or_empty(const J& m, const char* key) {
   return has(m, key) ? m[key].get<std::string>() : std::string();
 }
 
+// Client text in the rendered prompt is framed by two bytes that valid UTF-8 never holds (every
+// string of a parsed JSON request is valid UTF-8), so encode_prompt can cut the frames out again
+// and report where each piece of client text sits: message content is text, and the tokenizer
+// must not turn a special-token string typed there into a control token (EncodedPrompt::text_spans).
+constexpr char kTextOpen = '\xFE', kTextClose = '\xFF';
+// The image placeholder is the encoder's own (validation refuses it in client strings; it stands
+// where an image block was), so it stays outside the frames.
+std::string client_text(const std::string& s) {
+  std::string out(1, kTextOpen);
+  for (size_t at = 0;;) {
+    const size_t img = s.find(kImage, at);
+    if (img == std::string::npos) {
+      out.append(s, at, std::string::npos);
+      break;
+    }
+    out.append(s, at, img - at);
+    out += kTextClose;
+    out += kImage;
+    out += kTextOpen;
+    at = img + std::string_view(kImage).size();
+  }
+  out += kTextClose;
+  return out;
+}
+
 std::string render_tools(const J& tools) {
   std::vector<std::string> schemas;
-  for (const J& t : tools) schemas.push_back(python_json_dumps(t["function"]));
+  for (const J& t : tools) schemas.push_back(client_text(python_json_dumps(t["function"])));
   // Model input: the released template, byte for byte.
   std::string out =
       "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools by "
@@ -366,8 +391,8 @@ std::string render_arguments(const J& arguments) {
   std::vector<std::string> params;
   for (const auto& [key, value] : args.items()) {
     std::string p(kParamOpen);
-    p += " name=\"" + key + "\" string=\"" + (value.is_string() ? "true" : "false") + "\">";
-    p += value.is_string() ? value.get<std::string>() : python_json_dumps(value);
+    p += " name=\"" + client_text(key) + "\" string=\"" + (value.is_string() ? "true" : "false") + "\">";
+    p += value.is_string() ? client_text(value.get<std::string>()) : python_json_dumps(value);
     p += kParamClose;
     params.push_back(std::move(p));
   }
@@ -378,7 +403,7 @@ std::string render_tool_calls(const J& calls) {
   std::vector<std::string> invokes;
   for (const J& tc : calls) {
     std::string s(kInvokeOpen);
-    s += " name=\"" + tc["function"]["name"].get<std::string>() + "\">\n";
+    s += " name=\"" + client_text(tc["function"]["name"].get<std::string>()) + "\">\n";
     s += render_arguments(tc["function"]["arguments"]);
     s += "\n";
     s += kInvokeClose;
@@ -399,21 +424,21 @@ std::string render_user_blocks(const J& blocks) {
   for (const J& b : blocks) {
     const std::string& type = b["type"].get_ref<const std::string&>();
     if (type == "text") {
-      parts.push_back(b.value("text", ""));
+      parts.push_back(client_text(b.value("text", "")));
     } else if (type == "tool_result") {
       std::string content;
       if (b.contains("content") && b["content"].is_array()) {
         std::vector<std::string> texts;
         for (const J& c : b["content"]) {
           if (c["type"] == "text") {
-            texts.push_back(c.value("text", ""));
+            texts.push_back(client_text(c.value("text", "")));
           } else {
             texts.push_back("[Unsupported " + c["type"].get<std::string>() + "]");
           }
         }
         content = join(texts, "\n\n");
       } else if (b.contains("content")) {
-        content = b["content"].get<std::string>();
+        content = client_text(b["content"].get<std::string>());
       }
       parts.push_back("<tool_result>" + content + "</tool_result>");
     } else {
@@ -445,29 +470,29 @@ std::string render_message(const RenderContext& rc, int index) {
 
   if (role == "system") {
     if (index > 0) out += kSystem;
-    out += string_or_empty(m, "content");
+    out += client_text(string_or_empty(m, "content"));
     if (has(m, "tools") && python_truthy(m["tools"])) out += "\n\n" + render_tools(m["tools"]);
     if (m.contains("response_format") && python_truthy(m["response_format"]))
       out += "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n" +
-             python_json_dumps(m["response_format"]);
+             client_text(python_json_dumps(m["response_format"]));
   } else if (role == "user") {
     out += kUser;
     if (m.contains("content_blocks") && python_truthy(m["content_blocks"])) {
       out += render_user_blocks(m["content_blocks"]);
     } else {
-      out += string_or_empty(m, "content");
+      out += client_text(string_or_empty(m, "content"));
     }
   } else if (role == "latest_reminder") {
     out += kLatestReminder;
-    out += m["content"].get<std::string>();
+    out += client_text(m["content"].get<std::string>());
   } else {  // assistant (tool messages were merged into user turns)
     const bool prev_has_task = index > 0 && has(rc.messages[static_cast<size_t>(index - 1)], "task");
     // The generation header already opened <think>, so a kept reasoning only needs the closing tag.
     if (rc.thinking && !prev_has_task && (!rc.drop_thinking || index > rc.last_user)) {
-      out += string_or_empty(m, "reasoning_content");
+      out += client_text(string_or_empty(m, "reasoning_content"));
       out += kThinkEnd;
     }
-    out += string_or_empty(m, "content");
+    out += client_text(string_or_empty(m, "content"));
     if (has(m, "tool_calls") && python_truthy(m["tool_calls"])) out += render_tool_calls(m["tool_calls"]);
     if (!(m.contains("wo_eos") && python_truthy(m["wo_eos"]))) out += kEos;
   }
@@ -541,7 +566,21 @@ EncodedPrompt encode_prompt(const J& messages, const PromptOptions& options, con
 
   if (options.add_bos && ctx_msgs.empty()) result.text += kBos;
   const RenderContext rc{full, last_user, thinking, drop, options.reasoning_effort};
-  for (size_t i = ctx_msgs.size(); i < full.size(); ++i) result.text += render_message(rc, static_cast<int>(i));
+  std::string framed;
+  for (size_t i = ctx_msgs.size(); i < full.size(); ++i) framed += render_message(rc, static_cast<int>(i));
+  // The frames out, the client text's spans noted (frames may nest: the outermost counts).
+  result.text.reserve(result.text.size() + framed.size());
+  int depth = 0;
+  for (char ch : framed) {
+    if (ch == kTextOpen) {
+      if (depth++ == 0) result.text_spans.push_back({result.text.size(), result.text.size()});
+    } else if (ch == kTextClose) {
+      if (--depth == 0) result.text_spans.back().second = result.text.size();
+    } else {
+      result.text += ch;
+    }
+  }
+  std::erase_if(result.text_spans, [](const auto& sp) { return sp.first == sp.second; });
   return result;
 }
 

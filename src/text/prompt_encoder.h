@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +59,11 @@ struct PromptOptions {
 
 struct EncodedPrompt {
   std::string text;
+  // Byte ranges [begin, end) of `text` that hold client text (message content, reasoning, tool
+  // results, tool-call names and arguments), ascending: tokenize with Tokenizer::encode(text,
+  // text_spans) so that a special-token string typed there stays text, as only the template may
+  // insert control tokens. `text` itself is byte-identical to the official encoder's.
+  std::vector<std::pair<size_t, size_t>> text_spans;
   // One record per image placeholder of `messages` (not of the context), in prompt order:
   // {"type": "image", "url": ...} or the source/url/data fields of an {"type": "image"} block.
   std::vector<nlohmann::ordered_json> images;

@@ -144,12 +144,40 @@ Tokenizer Tokenizer::from_json(const json& j, const std::string& label) {
 }
 
 void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+  encode_segments(text, {}, out);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, std::span<const std::pair<size_t, size_t>> literal) const {
+  std::vector<int32_t> ids;
+  encode_segments(text, literal, ids);
+  return ids;
+}
+
+void Tokenizer::encode_segments(std::string_view text, std::span<const std::pair<size_t, size_t>> literal,
+                                std::vector<int32_t>& out) const {
   if (const size_t bad = find_invalid_utf8(text); bad != std::string_view::npos) {
     throw Error("cannot tokenize: the text is not valid UTF-8 (byte " + std::to_string(bad) + " of " +
                 std::to_string(text.size()) + ")");
   }
   std::vector<TextSegment> segments;
   added_.split(text, segments);
+  if (!literal.empty()) {
+    // An added token that overlaps a literal range is text again, merged with its neighbours so
+    // that the pre-tokenizer sees the text as one piece (as if the token were not in the vocabulary).
+    std::vector<TextSegment> merged;
+    size_t li = 0;
+    for (TextSegment seg : segments) {
+      if (seg.id >= 0) {
+        while (li < literal.size() && literal[li].second <= seg.begin) ++li;
+        if (li < literal.size() && literal[li].first < seg.end) seg.id = -1;
+      }
+      if (seg.id < 0 && !merged.empty() && merged.back().id < 0 && merged.back().end == seg.begin)
+        merged.back().end = seg.end;
+      else
+        merged.push_back(seg);
+    }
+    segments = std::move(merged);
+  }
   PreTokenizer::Scratch scratch(pre_);
   out.reserve(out.size() + text.size() / 3);
   const auto on_piece = [&](std::string_view piece) { bpe_.encode_piece(piece, out); };
@@ -179,6 +207,13 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
   check_id(id);
   const uint32_t b = bytes_offset_[size_t(id)], e = bytes_offset_[size_t(id) + 1];
   return std::string_view(bytes_).substr(b, e - b);
+}
+
+std::vector<uint8_t> Tokenizer::ids_with_a_token(int64_t n) const {
+  std::vector<uint8_t> out(size_t(std::max<int64_t>(n, 0)), 0);
+  for (int64_t id = 0; id < std::min<int64_t>(n, vocab_size_); ++id)
+    out[size_t(id)] = added_.find_id(int32_t(id)) != nullptr || bpe_.spelling(int32_t(id)).has_value();
+  return out;
 }
 
 bool Tokenizer::is_special(int32_t id) const {

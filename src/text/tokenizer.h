@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -59,6 +60,10 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
   // Appends the ids of `text` to `out`.
   void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  // Same, except that inside the byte ranges `literal` (ascending, disjoint) added tokens are not
+  // recognised: their text is tokenized as ordinary text (HF's split_special_tokens, limited to
+  // those ranges: client text in a prompt, EncodedPrompt::text_spans).
+  std::vector<int32_t> encode(std::string_view text, std::span<const std::pair<size_t, size_t>> literal) const;
 
   // Ids -> text. Ids in [0, vocab_size()) that no token has are skipped (as HF does); ids outside
   // that range are an error. With skip_special_tokens, added tokens marked special are left out.
@@ -77,12 +82,19 @@ class Tokenizer {
   // ids no token has). Throws ds41::Error for ids outside [0, vocab_size()).
   std::string_view token_bytes(int32_t id) const;
 
+  // For ids 0..n-1: 1 where the id has a token (an added token or a vocabulary entry), 0 for gaps
+  // and ids past the tokenizer (a model's padding rows): what a model may produce for this
+  // tokenizer (Model::restrict_output_ids).
+  std::vector<uint8_t> ids_with_a_token(int64_t n) const;
+
   const std::vector<AddedToken>& added_tokens() const { return added_.tokens(); }
   const std::string& source() const { return source_; }
 
  private:
   Tokenizer(BpeModel bpe, PreTokenizer pre) : bpe_(std::move(bpe)), pre_(std::move(pre)) {}
   void check_id(int32_t id) const;
+  void encode_segments(std::string_view text, std::span<const std::pair<size_t, size_t>> literal,
+                       std::vector<int32_t>& out) const;
 
   BpeModel bpe_;
   PreTokenizer pre_;

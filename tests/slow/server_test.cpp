@@ -47,6 +47,9 @@ class ServerTest : public ::testing::Test {
     write_random_checkpoint(c, dir_->path(), opt);
     model_ = Model::load(dir_->path()).release();
     text_ = new TextSide(dir_->path());
+    // As `ds41 serve` does: the tiny preset's 129,280 rows include ids this tokenizer has no
+    // token for (128,815-129,263 and past 129,264), which must never be generated.
+    model_->restrict_output_ids(text_->tokenizer().ids_with_a_token(model_->config().vocab_size));
     pool_ = new ThreadPool(2);
     EngineOptions eo;
     eo.max_batch = 8;
@@ -276,6 +279,35 @@ TEST_F(ServerTest, ConcurrentStreamsMatchTheSameRequestAlone) {
   std::cout << n << " concurrent streams of 8 tokens in " << s << " s (" << n / s << " requests/s); one at a time: "
             << alone_s << " s each (" << 1 / alone_s << " requests/s)\n";
   EXPECT_TRUE(healthy());
+}
+
+// Sampled answers on a vocabulary with ids the tokenizer has no token for (this fixture's: ids
+// 128,815-129,263 and 129,265-129,279 of 129,280 rows): every stream completes with [DONE] and
+// the server stays up. Before, a generated padding id threw on an HTTP thread and ended the
+// process (64 streams at temperature 0.8 lost 62).
+TEST_F(ServerTest, SampledStreamsOnAPaddedVocabularyAllComplete) {
+  const int n = 24;
+  std::vector<std::future<std::pair<std::string, bool>>> futures;
+  for (int i = 0; i < n; ++i)
+    futures.push_back(std::async(std::launch::async, [i] {
+      json body = chat_body("Hello", 48, true);
+      body["temperature"] = 1.0;
+      body["seed"] = i;
+      auto r = post("/v1/chat/completions", body.dump());
+      if (!r) return std::pair<std::string, bool>{"<failed: " + httplib::to_string(r.error()) + ">", false};
+      if (r->status != 200) return std::pair<std::string, bool>{"<status " + std::to_string(r->status) + ">", false};
+      return stream_content(r->body);
+    }));
+  for (int i = 0; i < n; ++i) {
+    auto [content, done] = futures[size_t(i)].get();
+    EXPECT_TRUE(done) << "stream " << i << ": " << content.substr(0, 200);
+  }
+  EXPECT_TRUE(healthy());
+  // And a non-streamed greedy answer of the same length.
+  auto r = post("/v1/chat/completions", chat_body("Hello", 48).dump());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(json::parse(r->body).contains("choices"));
 }
 
 // Images as data: URLs (OpenAI image_url) and base64 blocks (Anthropic): the answer equals the one
@@ -545,6 +577,29 @@ TEST_F(ServerTest, ClientDisconnectCancelsTheGeneration) {
   for (int i = 0; i < 200 && engine_->metrics().requests_cancelled == cancelled_before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_GT(engine_->metrics().requests_cancelled, cancelled_before);
+  EXPECT_TRUE(healthy());
+}
+
+// A non-streamed request whose client gives up is cancelled too (it used to run to max_tokens:
+// the answer wrote nothing while tokens were coming).
+TEST_F(ServerTest, NonStreamedClientDisconnectCancelsTheGeneration) {
+  const int64_t cancelled_before = engine_->metrics().requests_cancelled;
+  const int64_t generated_before = engine_->metrics().generated_tokens;
+  {
+    httplib::Client c = client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.headers = {{"Authorization", "Bearer sekrit"}};
+    req.body = chat_body("Tell me a long story", 900).dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return false; };  // hang up at the first bytes
+    c.send(req);
+  }
+  for (int i = 0; i < 100 && engine_->metrics().requests_cancelled == cancelled_before; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GT(engine_->metrics().requests_cancelled, cancelled_before);
+  EXPECT_LT(engine_->metrics().generated_tokens - generated_before, 900);
   EXPECT_TRUE(healthy());
 }
 
