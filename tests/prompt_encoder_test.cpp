@@ -73,7 +73,10 @@ TEST(PromptEncoder, ReasoningEffortOnlyInThinkingModeAtTheStart) {
   EXPECT_EQ(parse_reasoning_effort("max"), 100);
   EXPECT_EQ(parse_reasoning_effort("1"), 1);
   EXPECT_EQ(parse_reasoning_effort("100"), 100);
-  for (const char* bad : {"0", "101", "-5", "medium", "xhigh", "1.5", "", " 5", "5x", "HIGH"})
+  // The CLI and the server take one set of names: OpenAI's medium and xhigh too.
+  EXPECT_EQ(parse_reasoning_effort("medium"), 75);
+  EXPECT_EQ(parse_reasoning_effort("xhigh"), 100);
+  for (const char* bad : {"0", "101", "-5", "1.5", "", " 5", "5x", "HIGH", "minimal"})
     EXPECT_THROW(parse_reasoning_effort(bad), Error) << bad;
   EXPECT_EQ(reasoning_effort_from_json(J::parse("\"max\"")), 100);
   EXPECT_EQ(reasoning_effort_from_json(J::parse("42")), 42);

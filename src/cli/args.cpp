@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <thread>
 
@@ -15,6 +16,22 @@ Args::Args(std::string command, std::string summary, std::string usage, std::vec
   options_.push_back({"help", "", "show this help and exit", ""});
 }
 
+namespace {
+// The short spellings llama.cpp users type, each standing for a long option where the command has it.
+const std::map<char, std::string>& short_aliases() {
+  static const std::map<char, std::string> m = {{'m', "model"},      {'p', "prompt"}, {'n', "max-tokens"},
+                                                {'c', "ctx"},        {'t', "threads"}, {'f', "file"},
+                                                {'s', "seed"},       {'o', "out"}};
+  return m;
+}
+}  // namespace
+
+std::optional<std::string> Args::short_alias(char c) const {
+  const auto& m = short_aliases();
+  if (auto it = m.find(c); it != m.end() && find(it->second)) return it->second;
+  return std::nullopt;
+}
+
 const OptionSpec* Args::find(const std::string& name) const {
   for (const auto& o : options_)
     if (o.name == name) return &o;
@@ -25,8 +42,15 @@ bool Args::parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h") a = "--help";
-    // Single-letter short options (-m DIR) are spelled as options named by that letter.
-    if (a.size() == 2 && a[0] == '-' && a[1] != '-' && find(a.substr(1))) a = "-" + a;
+    // Short options (-m DIR, -n 64): an option named by the letter, else the alias's long option.
+    if (a.size() == 2 && a[0] == '-' && a[1] != '-') {
+      if (find(a.substr(1))) a = "-" + a;
+      else if (auto alias = short_alias(a[1])) a = "--" + *alias;
+    }
+    // Anything else that looks like an option and is not one is an error, never a positional
+    // argument ("-" alone is: standard input where a command reads a file or text).
+    if (a.size() > 1 && a[0] == '-' && a.compare(0, 2, "--") != 0)
+      throw Error("ds41 " + command_ + ": unknown option '" + a + "' (see ds41 " + command_ + " --help)");
     if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
       std::string name = a.substr(2), value;
       bool has_inline = false;
@@ -111,8 +135,13 @@ double Args::get_double(const std::string& name, double fallback) const {
 
 std::string Args::help_text() const {
   std::string s = "ds41 " + command_ + " - " + summary_ + "\n\nusage: " + usage_ + "\n\noptions:\n";
+  std::map<std::string, char> short_of;
+  for (const auto& [c, name] : short_aliases())
+    if (find(name)) short_of[name] = c;
   for (const auto& o : options_) {
-    std::string left = "  --" + o.name + (o.value_name.empty() ? "" : " " + o.value_name);
+    std::string left = "  ";
+    if (auto it = short_of.find(o.name); it != short_of.end()) left += std::string("-") + it->second + ", ";
+    left += "--" + o.name + (o.value_name.empty() ? "" : " " + o.value_name);
     if (left.size() < 26) left.resize(26, ' ');
     else left += "\n" + std::string(26, ' ');
     s += left + o.help;
@@ -159,7 +188,14 @@ int resolve_threads(int64_t requested) {
     unsigned n = std::thread::hardware_concurrency();
     return n ? int(n) : 1;
   }
-  if (requested > 1024) throw Error("--threads " + std::to_string(requested) + " is more than 1024");
+  // More threads than cores only time-slice them (each parallel step then waits for the slowest
+  // slice): capped, with a warning.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && requested > int64_t(cores)) {
+    std::fprintf(stderr, "warning: --threads %lld is more than the %u cores of this machine: using %u\n",
+                 (long long)requested, cores, cores);
+    return int(cores);
+  }
   return int(requested);
 }
 

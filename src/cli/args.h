@@ -1,6 +1,7 @@
 // A small command-line parser shared by every subcommand: `--name value`, `--name=value`,
-// boolean `--flag`, positional arguments, `--help`. Unknown options are errors (with the list of
-// known ones) rather than silently ignored.
+// boolean `--flag`, the short spellings llama.cpp users type (-m -p -n -c -t -f -s -o, where the
+// command has the long option), positional arguments, `--help`. Unknown options, long or short,
+// are errors rather than silently ignored or taken for positional arguments.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,9 @@ class Args {
 
  private:
   const OptionSpec* find(const std::string& name) const;
+  // The long option the short spelling -c stands for in this command (llama.cpp's -m -p -n -c -t
+  // -f -s -o), if the command has that option.
+  std::optional<std::string> short_alias(char c) const;
   std::string command_, summary_, usage_;
   std::vector<OptionSpec> options_;
   std::map<std::string, std::string> values_;

@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "kernels/simd_level.h"
 #include "model/head_screen.h"
 #include "model/weights.h"
@@ -226,7 +227,6 @@ int cmd_bench(int argc, char** argv) {
   Args args("bench", "measure bandwidth, FMA peak, prefill and decode speed and their efficiencies",
             "ds41 bench -m DIR [--threads N] [--json] [--prefill-lengths 128,512,2048,8192] [--decode-contexts 0,2048,8192]",
             {{"model", "DIR", "checkpoint directory", ""},
-             {"m", "DIR", "same as --model", ""},
              {"prefill-lengths", "LIST", "prefill lengths in tokens", "128,512,2048,8192"},
              {"decode-contexts", "LIST", "contexts (tokens already in the sequence) to decode at", "0,2048,8192"},
              {"decode-tokens", "N", "decode steps timed at each context", "16"},
@@ -241,7 +241,7 @@ int cmd_bench(int argc, char** argv) {
              {"json", "", "print the figures as JSON", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
-  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   if (dir.empty()) throw Error("ds41 bench: -m DIR is required");
   auto positive_list = [&](const char* name) {
     std::vector<int64_t> v = parse_int_list(*args.get(name), std::string("--") + name);

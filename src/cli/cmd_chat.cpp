@@ -44,7 +44,6 @@ const char* kChatHelp =
 int cmd_chat(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint directory with tokenizer.json (default: the built-in demo model)", ""},
-      {"m", "DIR", "same as --model", ""},
       {"tokenizer", "FILE", "tokenizer.json to use instead of the model directory's", ""},
       {"system", "TEXT", "system prompt", ""},
       {"think", "", "start in thinking mode", ""},

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "model/config.h"
 #include "model/engram_hash.h"
 #include "model/model.h"
@@ -19,7 +20,7 @@ namespace ds41::cli {
 namespace {
 
 int engram_bench(const Args& args) {
-  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   if (dir.empty()) throw Error("ds41 engram --bench: -m DIR is required");
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   auto model = Model::load(dir);
@@ -67,7 +68,6 @@ int cmd_engram(int argc, char** argv) {
              {"compressed-ids", "IDS", "compressed token ids, -1 marks an image position", ""},
              {"pad-id", "N", "compressed id of the pad token (with --config)", "2"},
              {"model", "DIR", "checkpoint directory (its compressed token map turns --tokens into ids)", ""},
-             {"m", "DIR", "same as --model", ""},
              {"tokens", "IDS", "raw token ids (with -m)", ""},
              {"bench", "", "time the Engram lookup per token (hash, cold/warm row reads, whole step)", ""},
              {"positions", "N", "tokens the benchmark times", "256"},
@@ -78,7 +78,7 @@ int cmd_engram(int argc, char** argv) {
   ModelConfig c;
   std::vector<int64_t> history;
   int64_t pad = args.get_int("pad-id", 2);
-  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   if (!dir.empty()) {
     auto model = Model::load(dir);
     c = model->config();

@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "model/model.h"
 #include "runtime/prefill_compare.h"
 
@@ -41,7 +42,6 @@ int cmd_prefill_compare(int argc, char** argv) {
   Args args("bench-prefill", "compare full and CED prefill (and compact-session restores): speed and next-token divergence",
             "ds41 bench-prefill -m DIR [--lengths 256,1024,4096] [--compare ced,replay] [--tokens-file FILE] [--continuation N] [--repeats N] [--json]",
             {{"model", "DIR", "checkpoint directory", ""},
-             {"m", "DIR", "same as --model", ""},
              {"lengths", "LIST", "prompt lengths", "256,1024,4096"},
              {"compare", "LIST", "what to compare with the full prefill: ced (CED prefill), replay (compact session saved and restored by bounded replay)", "ced"},
              {"tokens-file", "FILE", "prompt token ids (comma/whitespace separated; the first N make a prompt of N)", ""},
@@ -52,7 +52,7 @@ int cmd_prefill_compare(int argc, char** argv) {
              {"json", "", "machine-readable output", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
-  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   if (dir.empty()) throw Error("ds41 bench-prefill: -m DIR is required");
   PrefillCompareOptions opt;
   opt.lengths = parse_int_list(args.get_or("lengths", "256,1024,4096"), "--lengths");

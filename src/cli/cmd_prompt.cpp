@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "text/prompt_encoder.h"
 
 namespace ds41::cli {
@@ -44,17 +45,16 @@ int cmd_prompt(int argc, char** argv) {
             {{"messages", "FILE", "conversation: {\"messages\": [...], \"tools\": [...]} or a message array (- = stdin)", ""},
              {"think", "", "thinking mode (default: the file's thinking_mode, else chat)", ""},
              {"no-think", "", "chat mode", ""},
-             {"effort", "N", "reasoning effort: low (50), high (75), max (100) or 1..100 (default: the file's, else high)", ""},
+             {"effort", "N", "reasoning effort: low (50), medium or high (75), max (100) or 1..100 (default: the file's, else high)", ""},
              {"keep-thinking", "", "keep the reasoning of earlier assistant turns (drop_thinking off)", ""},
              {"no-bos", "", "do not start with the begin-of-sentence text", ""},
              {"json", "", "print {\"prompt\": ..., \"images\": [...]} (an array for several cases); else each prompt and a newline", ""},
-             {"model", "DIR", "not needed: the prompt text does not depend on the checkpoint (checked to exist)", ""},
-             {"m", "DIR", "same as --model", ""}});
+             {"model", "DIR", "not needed: the prompt text does not depend on the checkpoint (checked to exist)", ""}});
   if (!args.parse(argc, argv)) return 0;
   const auto path = args.get("messages");
   if (!path) throw Error("ds41 prompt: give --messages FILE (see ds41 prompt --help)");
   if (args.flag("think") && args.flag("no-think")) throw Error("ds41 prompt: --think and --no-think exclude each other");
-  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   if (!dir.empty() && !std::filesystem::is_directory(dir)) throw Error(dir + ": no such model directory");
 
   const std::vector<PromptCase> cases = load_prompt_cases(read_messages_file(*path));

@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -60,13 +63,12 @@ int64_t peak_rss_bytes() {
 int cmd_run(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
-      {"m", "DIR", "same as --model", ""},
-      {"prompt", "TEXT", "the user message (encoded with the model's prompt format)", ""},
-      {"p", "TEXT", "same as --prompt", ""},
+      {"prompt", "TEXT", "the user message (encoded with the model's prompt format); - reads it from standard input", ""},
+      {"file", "FILE", "read the user message from FILE (as --prompt)", ""},
       {"system", "TEXT", "system prompt (with -p)", ""},
       {"think", "", "thinking mode: the model reasons first (with -p)", ""},
       {"no-think", "", "chat mode, the default (with -p)", ""},
-      {"effort", "N", "reasoning effort in thinking mode: low, high, max or 1-100", "high"},
+      {"effort", "N", "reasoning effort in thinking mode: low, medium, high, max or 1-100", "high"},
       {"raw", "", "with -p: tokenize the text as it is, no prompt format", ""},
       {"tokenizer", "FILE", "tokenizer.json to use instead of the model directory's", ""},
       {"tokens", "IDS", "comma-separated prompt token ids instead of -p (prints ids)", ""},
@@ -85,14 +87,27 @@ int cmd_run(int argc, char** argv) {
   for (auto& s : sampling_option_specs(0.0, 1.0)) specs.push_back(s);
   specs.insert(specs.end(), kDsparkRunOptions.begin(), kDsparkRunOptions.end());
   Args args("run", "generate an answer to a prompt (text with -p, or token ids with --tokens)",
-            "ds41 run [-m DIR] -p TEXT [--image FILE ...] [--system S] [--think|--no-think] [--effort N] [--max-tokens N] [--temp T] [--json]\n"
-            "       ds41 run [-m DIR] --tokens 0,5,9,... [--image FILE ...] [--max-tokens N] [--json]\n"
+            "ds41 run [DIR | -m DIR] -p TEXT|- | -f FILE [--image FILE ...] [--system S] [--think|--no-think] [--effort N] [-n N] [--temp T] [--json]\n"
+            "       ds41 run [DIR | -m DIR] --tokens 0,5,9,... [--image FILE ...] [-n N] [--json]\n"
             "       ds41 run ... --dspark [--draft-tokens N] [--dspark-confidence C] [--compare]",
             specs);
   if (!args.parse(argc, argv)) return 0;
   const std::string dir = model_dir_or_demo(args);
-  const std::string text = args.get_or("prompt", args.get_or("p", ""));
-  const bool text_mode = args.get("prompt") || args.get("p");
+  if (args.get("prompt") && args.get("file")) throw Error("give either -p TEXT or -f FILE, not both");
+  const bool text_mode = args.get("prompt") || args.get("file");
+  std::string text = args.get_or("prompt", "");
+  if (args.get("file") || text == "-") {  // -f FILE, or -p - (standard input)
+    const std::string path = args.get_or("file", "");
+    std::ifstream file;
+    if (!path.empty()) {
+      file.open(path, std::ios::binary);
+      if (!file) throw Error(path + ": cannot open the prompt file");
+    }
+    std::istream& in = path.empty() ? std::cin : file;
+    text.assign(std::istreambuf_iterator<char>(in), {});
+    if (!path.empty() && file.bad()) throw Error(path + ": cannot read the prompt file");
+    if (!text.empty() && text.back() == '\n') text.pop_back();  // the line's end, as llama.cpp's -f
+  }
   if (text_mode && args.get("tokens")) throw Error("give either -p TEXT or --tokens IDS, not both");
   if (args.flag("think") && args.flag("no-think")) throw Error("--think and --no-think contradict each other");
   const bool json_out = args.flag("json");
@@ -128,6 +143,7 @@ int cmd_run(int argc, char** argv) {
   const std::string load_path = args.get_or("load-session", "");
   const std::string save_path = args.get_or("save-session", "");
   if (args.flag("exact") && save_path.empty()) throw Error("--exact: it chooses how --save-session saves; give --save-session FILE");
+  if (!save_path.empty()) check_writable(save_path + ".tmp", "--save-session");  // before any work
   SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model, &pool, fo);
   const int64_t start_pos = st.pos;
 
@@ -275,12 +291,11 @@ int cmd_dump(int argc, char** argv) {
   Args args("dump", "write every block's stream and every position's logits after a prefill",
             "ds41 dump -m DIR --tokens 0,5,9,... --out FILE.safetensors",
             {{"model", "DIR", "checkpoint directory", ""},
-             {"m", "DIR", "same as --model", ""},
              {"tokens", "IDS", "comma-separated prompt token ids", ""},
              {"out", "FILE", "output .safetensors file", ""},
              {"threads", "N", "worker threads (0 = all cores)", "0"}});
   if (!args.parse(argc, argv)) return 0;
-  std::string dir = args.get_or("model", args.get_or("m", ""));
+  std::string dir = model_dir_arg(args);
   if (dir.empty()) throw Error("ds41 dump: -m DIR is required");
   auto out = args.get("out");
   if (!out) throw Error("ds41 dump: --out FILE is required");

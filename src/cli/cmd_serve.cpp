@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "cli/progress.h"
 #include "cli/sampling_args.h"
 #include "model/model.h"
@@ -28,7 +29,6 @@ void on_signal(int) {
 int cmd_serve(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint directory (with tokenizer.json)", ""},
-      {"m", "DIR", "same as --model", ""},
       {"host", "ADDR", "address to listen on", "127.0.0.1"},
       {"port", "N", "port to listen on", "8080"},
       {"api-key", "KEY", "require 'Authorization: Bearer KEY' (or x-api-key) on /v1 endpoints", ""},
@@ -51,7 +51,7 @@ int cmd_serve(int argc, char** argv) {
   Args args("serve", "serve the model over an OpenAI- and Anthropic-compatible HTTP API",
             "ds41 serve -m DIR [--host 127.0.0.1] [--port 8080] [--max-batch N] [--ctx N] [--api-key K]", specs);
   if (!args.parse(argc, argv)) return 0;
-  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   if (dir.empty()) throw Error("ds41 serve: -m DIR is required");
   ServerOptions so;
   so.host = args.get_or("host", "127.0.0.1");

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "text/tokenizer.h"
 
 namespace ds41::cli {
@@ -26,12 +27,11 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const OptionSpec kModelOption = {"model", "DIR", "model directory; must contain tokenizer.json", ""};
-const OptionSpec kModelShort = {"m", "DIR", "same as --model", ""};
 const OptionSpec kTokenizerOption = {"tokenizer", "FILE", "a tokenizer.json file (instead of -m DIR)", ""};
 
 Tokenizer load_tokenizer(const Args& args) {
   const std::string file = args.get_or("tokenizer", "");
-  const std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   if (!file.empty() && !dir.empty()) throw Error("give either -m DIR or --tokenizer FILE, not both");
   if (!file.empty()) {
     std::error_code ec;
@@ -100,9 +100,8 @@ int cmd_tokenize(int argc, char** argv) {
   Args args("tokenize", "print the token ids of a text",
             "ds41 tokenize -m DIR (-p TEXT | --file F) [--json] [--bench]\n"
             "       ds41 tokenize --tokenizer tokenizer.json -p TEXT",
-            {kModelOption, kModelShort, kTokenizerOption,
+            {kModelOption, kTokenizerOption,
              {"prompt", "TEXT", "the text (UTF-8); special-token strings in it become their ids", ""},
-             {"p", "TEXT", "same as --prompt", ""},
              {"file", "F", "read the text from a file instead", ""},
              {"bench", "", "measure encode throughput on the text instead of printing ids", ""},
              {"json", "", "print {\"ids\": [...]} (with --bench: the measurements)", ""},
@@ -134,7 +133,7 @@ int cmd_tokenize(int argc, char** argv) {
 int cmd_detokenize(int argc, char** argv) {
   Args args("detokenize", "print the text of token ids",
             "ds41 detokenize -m DIR --tokens 1,2,3 [--skip-special] [--json]",
-            {kModelOption, kModelShort, kTokenizerOption,
+            {kModelOption, kTokenizerOption,
              {"tokens", "IDS", "comma-separated token ids", ""},
              {"skip-special", "", "leave out special tokens (BOS, EOS, ...)", ""},
              {"json", "", "print {\"text\": \"...\"}", ""},

@@ -2,7 +2,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "base/error.h"
 #include "model/presets.h"
@@ -27,8 +30,22 @@ std::string demo_model_dir() {
   return dir.string();
 }
 
+void check_writable(const std::string& path, const std::string& what) {
+  const bool existed = fs::exists(path);
+  { std::ofstream probe(path, std::ios::app); if (!probe) throw Error(what + ": cannot write " + path + " (" + std::strerror(errno) + ")"); }
+  if (!existed) fs::remove(path);
+}
+
+std::string model_dir_arg(const Args& args) {
+  const std::string option = args.get_or("model", "");
+  const auto& pos = args.positional();
+  if (pos.size() > 1 || (pos.size() == 1 && !option.empty()))
+    throw Error("unexpected argument '" + pos.back() + "' (the model directory is given once: ds41 COMMAND DIR or -m DIR)");
+  return pos.empty() ? option : pos[0];
+}
+
 std::string model_dir_or_demo(const Args& args) {
-  std::string dir = args.get_or("model", args.get_or("m", ""));
+  const std::string dir = model_dir_arg(args);
   return dir.empty() ? demo_model_dir() : dir;
 }
 

@@ -9,6 +9,14 @@
 
 namespace ds41::cli {
 
+// Throws ds41::Error naming `what` when `path` cannot be opened for writing (checked before long
+// work whose result would go there; a file created by the check is removed again).
+void check_writable(const std::string& path, const std::string& what);
+
+// The model directory: --model / -m DIR, or the command's one positional argument (ds41 run DIR);
+// empty when neither is given. Any other positional argument is an error.
+std::string model_dir_arg(const Args& args);
+
 // -m/--model DIR, or the demo model (written to the cache folder on first use).
 std::string model_dir_or_demo(const Args& args);
 std::string demo_model_dir();

@@ -1,7 +1,10 @@
 #include "server/api_request.h"
 
+#include "text/prompt_encoder.h"
+
 #include <cmath>
 
+#include "base/error.h"
 #include "server/api_error.h"
 
 namespace ds41 {
@@ -118,8 +121,8 @@ void read_openai_sampling(const json& b, ApiRequest& r) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
     r.include_usage = get_bool(*so, "include_usage", false);
   }
-  int64_t max_tokens = get_int(b, "max_tokens", r.max_tokens, 0, INT64_MAX);
-  max_tokens = get_int(b, "max_completion_tokens", max_tokens, 0, INT64_MAX);
+  int64_t max_tokens = get_int(b, "max_tokens", r.max_tokens, 1, INT64_MAX);  // 0 asks for nothing: a client error
+  max_tokens = get_int(b, "max_completion_tokens", max_tokens, 1, INT64_MAX);
   r.max_tokens = max_tokens;
 }
 
@@ -259,12 +262,12 @@ void read_tool_choice(const json& b, ApiRequest& r) {
 }  // namespace
 
 int api_reasoning_effort(const json& v, const std::string& param) {
-  if (v.is_string()) {
-    const std::string s = v.get<std::string>();
-    if (s == "low") return 50;
-    if (s == "medium" || s == "high") return 75;
-    if (s == "max" || s == "xhigh") return 100;
-    throw bad_request(param + " must be low, medium, high, max or an integer 1-100", param);
+  if (v.is_string()) {  // the names `ds41 run --effort` takes (parse_reasoning_effort)
+    try {
+      return parse_reasoning_effort(v.get<std::string>());
+    } catch (const Error&) {
+      throw bad_request(param + " must be low, medium, high, max or an integer 1-100", param);
+    }
   }
   if (v.is_number_integer() || v.is_number_unsigned()) {
     const int64_t x = v.get<int64_t>();

@@ -115,16 +115,30 @@ struct Server::Impl {
     res.set_content(error_body(kind, status, type, msg, param).dump(), "application/json");
   }
 
+  // Compares in time that depends on the lengths only, so response timing does not reveal how
+  // much of a guessed key was right.
+  static bool same_secret(const std::string& given, const std::string& key) {
+    unsigned char diff = given.size() == key.size() ? 0 : 1;
+    for (size_t i = 0; i < given.size(); ++i) diff |= uint8_t(given[i] ^ key[i % std::max<size_t>(key.size(), 1)]);
+    return diff == 0;
+  }
+
   bool authorized(const httplib::Request& req) const {
     if (opt.api_key.empty()) return true;
     const std::string auth = req.get_header_value("Authorization");
-    if (auth == "Bearer " + opt.api_key) return true;
-    return req.get_header_value("x-api-key") == opt.api_key;
+    const bool bearer = auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), opt.api_key);
+    return same_secret(req.get_header_value("x-api-key"), opt.api_key) | bearer;
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
     ++http_requests;
     try {
+      // JSON only: a form or text/plain body is what a cross-site page can send without a CORS
+      // preflight, so it is refused rather than parsed.
+      const std::string type = req.get_header_value("Content-Type");
+      if (type.rfind("application/json", 0) != 0)
+        throw ApiError(415, "invalid_request_error",
+                       "Content-Type must be application/json" + (type.empty() ? std::string() : " (got " + type + ")"));
       nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, false);
       if (body.is_discarded()) throw bad_request("the request body is not valid JSON");
       ApiRequest r = kind == ApiKind::ChatCompletions ? parse_chat_completions(body, opt.defaults)
@@ -325,10 +339,30 @@ struct Server::Impl {
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_text(), "text/plain; version=0.0.4");
     });
+    // A known path with another method: 405 with the methods it has.
+    auto wrong_method = [this](const char* allow) {
+      return [this, allow](const httplib::Request& req, httplib::Response& res) {
+        const ApiKind kind = req.path == "/v1/messages" ? ApiKind::AnthropicMessages : ApiKind::ChatCompletions;
+        send_error(res, kind, 405, "invalid_request_error", req.method + " is not allowed on " + req.path + " (use " + allow + ")");
+        res.set_header("Allow", allow);
+      };
+    };
+    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/messages"}) {
+      http.Get(path, wrong_method("POST"));
+      http.Put(path, wrong_method("POST"));
+      http.Delete(path, wrong_method("POST"));
+      http.Patch(path, wrong_method("POST"));
+    }
+    for (const char* path : {"/v1/models", "/health", "/metrics"}) {
+      http.Post(path, wrong_method("GET"));
+      http.Put(path, wrong_method("GET"));
+      http.Delete(path, wrong_method("GET"));
+      http.Patch(path, wrong_method("GET"));
+    }
     http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const ApiKind kind = req.path == "/v1/messages" ? ApiKind::AnthropicMessages : ApiKind::ChatCompletions;
-      if (res.status == 404) send_error(res, kind, 404, "not_found_error", "no such endpoint: " + req.method + " " + req.path);
+      if (res.status == 404) send_error(res, kind, 404, "not_found_error", "no such endpoint: " + req.method + " " + req.path + " (endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models, /health, /metrics)");
       else if (res.status == 413) send_error(res, kind, 413, "invalid_request_error", "the request body is too large");
       else send_error(res, kind, res.status, "invalid_request_error", "bad request");
     });

@@ -585,13 +585,14 @@ EncodedPrompt encode_prompt(const J& messages, const PromptOptions& options, con
 }
 
 int parse_reasoning_effort(std::string_view text) {
+  // One set of names for the CLI and the server: OpenAI's medium is the reference's default (high).
   if (text == "low") return 50;
-  if (text == "high") return 75;
-  if (text == "max") return 100;
+  if (text == "medium" || text == "high") return 75;
+  if (text == "max" || text == "xhigh") return 100;
   int v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || p != text.data() + text.size() || v < 1 || v > 100)
-    throw Error("reasoning effort '" + std::string(text) + "': use low (50), high (75), max (100) or an integer 1..100");
+    throw Error("reasoning effort '" + std::string(text) + "': use low (50), medium or high (75), max (100) or an integer 1..100");
   return v;
 }
 

@@ -1,7 +1,9 @@
 // The ds41 command as a user runs it: exit codes, JSON output, error messages on stderr.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -274,6 +276,53 @@ TEST(Cli, DefaultTokensDoNotDependOnHowTheSequenceWasCut) {
   auto ref = run_ds41("run " + m + " --tokens " + ids(0, 160) + gen + " --reference-index-keys --json");
   ASSERT_EQ(ref.status, 0) << ref.err;
   EXPECT_EQ(nlohmann::json::parse(ref.out)["generated"].size(), 24u);
+}
+
+// What llama.cpp users type works, and what ds41 does not know is an error, never ignored: the
+// model directory as a positional argument, -n / -t / -f FILE / -p - (standard input), unknown
+// short options and stray arguments refused, --threads capped at the cores, --save-session
+// checked before any generation, and --help naming the short spellings.
+TEST(Cli, RunTakesTheSpellingsLlamaCppUsersType) {
+  const std::string dir = test::tiny_model_dir(false);
+  test::TempDir tmp;
+  auto base = run_ds41("run --model " + dir + " --tokens 0,5,9 --max-tokens 3 --threads 2");
+  ASSERT_EQ(base.status, 0) << base.err;
+  auto positional = run_ds41("run " + dir + " --tokens 0,5,9 -n 3 -t 2");
+  ASSERT_EQ(positional.status, 0) << positional.err;
+  EXPECT_EQ(positional.out.substr(0, positional.out.find('\n')), base.out.substr(0, base.out.find('\n')));
+  EXPECT_EQ(std::count(positional.out.begin(), positional.out.begin() + long(positional.out.find('\n')), ','), 2);
+
+  for (const char* bad : {"-ngl 99", "-x", "-q 3", "--tokens 0,5 extra_argument", "--no-such-option"}) {
+    auto r = run_ds41("run " + dir + " --tokens 0,5 -n 1 " + std::string(bad));
+    EXPECT_EQ(r.status, 1) << bad;
+    EXPECT_TRUE(r.err.find("unknown option") != std::string::npos || r.err.find("unexpected argument") != std::string::npos)
+        << bad << ": " << r.err;
+  }
+  if (test::have_shared()) {
+    const std::string tok = " --tokenizer " + test::v3_tokenizer_path();
+    std::ofstream(tmp / "prompt.txt") << "Name three colours.\n";
+    auto p = run_ds41("run " + dir + tok + " -p 'Name three colours.' -n 2 --json");
+    auto f = run_ds41("run " + dir + tok + " -f " + tmp / "prompt.txt" + " -n 2 --json");
+    auto in = run_ds41("run " + dir + tok + " -p - -n 2 --json < " + tmp / "prompt.txt");
+    ASSERT_EQ(p.status, 0) << p.err;
+    ASSERT_EQ(f.status, 0) << f.err;
+    ASSERT_EQ(in.status, 0) << in.err;
+    const auto prompt_of = [](const std::string& out) { return nlohmann::json::parse(out)["prompt"]; };
+    EXPECT_EQ(prompt_of(f.out), prompt_of(p.out));  // the file's last newline is the line's end
+    EXPECT_EQ(prompt_of(in.out), prompt_of(p.out));
+  }
+  auto many = run_ds41("run " + dir + " --tokens 0,5 -n 1 --threads 100000");
+  EXPECT_EQ(many.status, 0) << many.err;
+  EXPECT_NE(many.err.find("cores of this machine: using"), std::string::npos) << many.err;
+  auto unwritable = run_ds41("run " + dir + " --tokens 0,5 -n 400 --save-session " + tmp / "no/such/dir/s");
+  EXPECT_EQ(unwritable.status, 1);
+  EXPECT_NE(unwritable.err.find("--save-session: cannot write"), std::string::npos) << unwritable.err;
+  EXPECT_TRUE(unwritable.out.empty()) << "generated before failing: " << unwritable.out.substr(0, 100);
+  auto help = run_ds41("run --help");
+  EXPECT_NE(help.out.find("-m, --model DIR"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("-n, --max-tokens N"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("--m DIR"), std::string::npos);
+  EXPECT_EQ(help.out.find("--p TEXT"), std::string::npos);
 }
 
 TEST(Cli, RunCedPrefillWithinTheWindowEqualsFull) {
