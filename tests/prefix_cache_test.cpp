@@ -125,6 +125,56 @@ TEST_F(PrefixCacheDisk, ADamagedFileIsDroppedAndTheDiskBoundHolds) {
   EXPECT_EQ(files(small.path()).size(), 2u);
 }
 
+// What a crash or a hostile file leaves in the directory never stops a server from starting:
+// a crafted count (28 bytes claiming 2^62 ids; it used to throw vector::_M_default_append), a
+// truncated .ids and an .ids without its session are dropped and removed, interrupted writes
+// (*.tmp) are cleaned up, and the memory tier is written out at shutdown (flush_to_disk) so a
+// restart starts warm.
+TEST_F(PrefixCacheDisk, CraftedTruncatedAndLeftoverFilesAreDroppedAndMemoryIsFlushed) {
+  test::TempDir dir;
+  const Fed a = fed({0, 5, 9, 13, 17, 21, 3});
+  {
+    PrefixCache cache(int64_t(1) << 30);
+    cache.enable_disk(*model_, dir.path(), int64_t(1) << 30);
+    cache.insert(a.ids, a.state);
+    EXPECT_EQ(cache.disk_entries(), 0u);  // in memory only, until the flush
+    cache.flush_to_disk();
+    EXPECT_EQ(cache.disk_entries(), 1u);
+  }
+  const std::vector<std::string> good = files(dir.path());
+  ASSERT_EQ(good.size(), 2u);  // its .ids and .session
+  {
+    std::ofstream crafted(dir / "prefix-crafted.ids", std::ios::binary);
+    const uint64_t n = (uint64_t(1) << 62) + 1;  // 24 + 4 n wraps to 28
+    crafted.write("DS41IDS1", 8);  // the real magic: only the count is wrong
+    crafted.write(reinterpret_cast<const char*>(&n), 8);
+    crafted.write("\0\0\0\0\0\0\0\0\0\0\0\0", 12);
+  }
+  std::ofstream(dir / "prefix-crafted.session") << "x";
+  {
+    std::ifstream in(dir / good[0], std::ios::binary);  // a real .ids, cut short
+    std::string bytes(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(dir / "prefix-cut.ids", std::ios::binary) << bytes.substr(0, bytes.size() - 5);
+    std::ofstream(dir / "prefix-cut.session") << "x";
+  }
+  std::ofstream(dir / "prefix-orphan.ids") << "DS41IDS1";
+  std::ofstream(dir / "prefix-interrupted.session.tmp") << "half";
+  std::ofstream(dir / "unrelated.txt") << "kept";
+  PrefixCache again(int64_t(1) << 30);
+  EXPECT_NO_THROW(again.enable_disk(*model_, dir.path(), int64_t(1) << 30));
+  EXPECT_EQ(again.disk_entries(), 1u);
+  EXPECT_GE(again.disk_errors(), 3);
+  std::vector<std::string> expected = good;
+  expected.push_back("unrelated.txt");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(files(dir.path()), expected);
+  std::vector<int32_t> prompt = a.ids;
+  prompt.push_back(4);
+  auto hit = again.lookup(prompt);
+  ASSERT_TRUE(hit);
+  EXPECT_TRUE(test::same_state(*hit, a.state));
+}
+
 TEST_F(PrefixCacheDisk, AnUncreatableDirectoryIsAClearError) {
   PrefixCache cache(1 << 20);
   test::TempDir dir;

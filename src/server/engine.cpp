@@ -85,6 +85,11 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   thread_.join();
+  try {
+    prefix_cache_.flush_to_disk();  // the engine thread has stopped: nothing else touches the cache
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ds41: prefix cache: not written at shutdown: %s\n", e.what());
+  }
 }
 
 std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {

@@ -41,8 +41,11 @@ bool read_ids(const std::string& path, std::vector<int32_t>& ids) {
   char magic[8];
   uint64_t n = 0, sum = 0;
   if (!f.read(magic, 8) || std::memcmp(magic, kIdsMagic, 8) != 0 || !f.read(reinterpret_cast<char*>(&n), 8)) return false;
-  const auto size = fs::file_size(path);
-  if (n == 0 || size != 24 + n * 4) return false;
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  // The count must be what the file holds: compared without forming 24 + 4 n, which a crafted
+  // count wraps around (a 28-byte file once asked for 2^62 ids).
+  if (ec || n == 0 || size < 24 || (size - 24) % 4 != 0 || n != (size - 24) / 4) return false;
   ids.resize(n);
   if (!f.read(reinterpret_cast<char*>(ids.data()), std::streamsize(n * 4)) || !f.read(reinterpret_cast<char*>(&sum), 8))
     return false;
@@ -158,18 +161,34 @@ void PrefixCache::enable_disk(const Model& model, const std::string& dir, int64_
   if (ec || !fs::is_directory(dir)) throw Error("prefix cache directory " + dir + ": cannot create it (" + ec.message() + ")");
   // Index what a previous run left: pairs of .ids and .session files, oldest last.
   std::vector<std::pair<fs::file_time_type, DiskEntry>> found;
+  std::vector<fs::path> leftovers;  // removed after the listing
   for (const auto& f : fs::directory_iterator(dir, ec)) {
     const fs::path p = f.path();
-    if (p.extension() != ".ids" || p.filename().string().rfind("prefix-", 0) != 0) continue;
+    const std::string name = p.filename().string();
+    if (name.rfind("prefix-", 0) != 0) continue;
+    // A write that a crash interrupted (session_save and write_ids write NAME.tmp, then rename).
+    if (p.extension() == ".tmp") {
+      leftovers.push_back(p);
+      continue;
+    }
+    if (p.extension() != ".ids") continue;
     DiskEntry d;
     d.stem = (p.parent_path() / p.stem()).string();
     std::error_code e2;
     const auto session_bytes = fs::file_size(d.stem + ".session", e2);
-    if (e2 || !read_ids(p.string(), d.ids)) continue;
+    if (e2 || !read_ids(p.string(), d.ids)) {  // torn, truncated or foreign: dropped, with a word
+      std::fprintf(stderr, "ds41: prefix cache: dropping %s: %s\n", p.string().c_str(),
+                   e2 ? "its session file is missing" : "not a valid .ids file (truncated or damaged)");
+      ++disk_errors_;
+      leftovers.push_back(p);
+      leftovers.push_back(d.stem + ".session");
+      continue;
+    }
     d.bytes = int64_t(session_bytes) + int64_t(fs::file_size(p));
     found.emplace_back(fs::last_write_time(p, e2), std::move(d));
   }
   if (ec) throw Error("prefix cache directory " + dir + ": cannot list it (" + ec.message() + ")");
+  for (const fs::path& p : leftovers) fs::remove(p, ec);
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (auto& [t, d] : found) {
     disk_bytes_ += d.bytes;
@@ -207,6 +226,14 @@ void PrefixCache::spill(const Entry& e) {
   evict_disk_to(disk_capacity_ - d.bytes);
   disk_bytes_ += d.bytes;
   disk_.push_front(std::move(d));
+}
+
+void PrefixCache::flush_to_disk() {
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)  // oldest first: the newest ends up most recent
+    if (!it->on_disk) {
+      spill(*it);
+      it->on_disk = true;
+    }
 }
 
 void PrefixCache::drop_disk(std::list<DiskEntry>::iterator it) {

@@ -39,6 +39,8 @@ class PrefixCache {
   // entries a previous run left there (files that do not load for `model` are dropped when a
   // lookup reaches them). Throws ds41::Error when the directory cannot be created or read.
   void enable_disk(const Model& model, const std::string& dir, int64_t disk_bytes);
+  // Writes every memory entry the disk tier lacks (at shutdown: a restart then starts warm).
+  void flush_to_disk();
 
   int64_t bytes() const { return bytes_; }
   size_t entries() const { return entries_.size(); }
