@@ -29,6 +29,7 @@ void on_signal(int) {
 int cmd_serve(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint directory (with tokenizer.json)", ""},
+      {"tokenizer", "FILE", "tokenizer.json to use instead of the model directory's", ""},
       {"host", "ADDR", "address to listen on", "127.0.0.1"},
       {"port", "N", "port to listen on", "8080"},
       {"api-key", "KEY", "require 'Authorization: Bearer KEY' (or x-api-key) on /v1 endpoints", ""},
@@ -77,7 +78,7 @@ int cmd_serve(int argc, char** argv) {
   if (eo.prefix_cache_bytes < 0 || eo.prefix_cache_disk_bytes < 0) throw Error("prefix cache sizes must be >= 0");
   so.http_threads = std::max(64, eo.max_batch * 4);
 
-  TextSide text(dir);
+  TextSide text(dir, args.get_or("tokenizer", ""));
   std::unique_ptr<Model> model;
   {
     ProgressBar bar("loading " + dir);
@@ -94,11 +95,13 @@ int cmd_serve(int argc, char** argv) {
   g_server = &server;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::string error;
+  if (!server.bind(error)) throw Error("ds41 serve: " + error);  // before the banner: it says where we listen
   std::fprintf(stderr, "ds41 serve: model \"%s\" (context %lld, batch %d, %d threads) on http://%s:%d%s\n",
                so.model_name.c_str(), (long long)eo.max_context, eo.max_batch, pool.size(), so.host.c_str(), so.port,
                so.api_key.empty() ? "" : " (API key required)");
-  std::string error;
-  const bool ok = server.listen(error);
+  const bool ok = server.listen_after_bind();
+  if (!ok) error = "the server stopped with an error";
   g_server = nullptr;
   if (!ok) throw Error("ds41 serve: " + error);
   std::fprintf(stderr, "ds41 serve: stopped\n");

@@ -39,6 +39,7 @@ struct Job {
   Usage usage;
   bool started = false, done = false, saw_tool_calls = false;
   std::chrono::steady_clock::time_point last_sent{};  // of the last bytes written to the client
+  std::string failure;  // the engine's error, if the generation failed
 
   // Takes the engine's events for at most `timeout_ms` (returning early once it has text to send)
   // and returns the text to send (possibly empty). A non-streamed answer's events produce no text
@@ -81,6 +82,7 @@ struct Job {
         out += end(why);
       } else {
         out += writer->stream_error(ev.error);
+        failure = ev.error;
         done = true;
       }
     }
@@ -193,7 +195,10 @@ struct Server::Impl {
                   // cancelled (a space only when no event came would never be written while
                   // tokens flow).
                   const auto now = std::chrono::steady_clock::now();
-                  out = job->done ? job->writer->body().dump()
+                  // An engine failure is an error body (the status line has gone out as 200).
+                  out = job->done && !job->failure.empty()
+                            ? error_body(job->req.kind, 500, "server_error", "generation failed: " + job->failure, "").dump()
+                        : job->done ? job->writer->body().dump()
                         : now - job->last_sent >= std::chrono::milliseconds(kKeepAliveMs) ? " " : "";
                 }
               } catch (const std::exception& e) {
@@ -393,14 +398,16 @@ void Server::Impl::widen_backlog() const {
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
 }
 
-bool Server::listen(std::string& error) {
+bool Server::bind(std::string& error) {
   if (!impl_->http.bind_to_port(impl_->opt.host, impl_->opt.port)) {
     error = "cannot listen on " + impl_->opt.host + ":" + std::to_string(impl_->opt.port) + " (address in use or not available)";
     return false;
   }
   impl_->widen_backlog();
-  return impl_->http.listen_after_bind();
+  return true;
 }
+
+bool Server::listen(std::string& error) { return bind(error) && impl_->http.listen_after_bind(); }
 
 int Server::bind_any_port() {
   const int port = impl_->http.bind_to_any_port(impl_->opt.host);

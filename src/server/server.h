@@ -30,6 +30,9 @@ class Server {
   ~Server();
   // Binds and serves until stop(); returns false (with `error`) if the address cannot be bound.
   bool listen(std::string& error);
+  // listen() in two steps: bind (false with `error` set when the address is not available), then
+  // serve until stop(); what is printed between them is true (the port is ours).
+  bool bind(std::string& error);
   // Binds to an ephemeral port first (for tests): returns the port, or -1.
   int bind_any_port();
   bool listen_after_bind();

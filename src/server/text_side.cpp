@@ -79,7 +79,8 @@ class ChatReplyDecoder : public ReplyDecoder {
 
 }  // namespace
 
-TextSide::TextSide(const std::string& model_dir) : tok_(std::make_unique<Tokenizer>(Tokenizer::load(model_dir))) {
+TextSide::TextSide(const std::string& model_dir, const std::string& tokenizer_file)
+    : tok_(std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_file.empty() ? model_dir : tokenizer_file))) {
   auto need = [&](const char* token) {
     auto id = tok_->token_to_id(token);
     if (!id) throw Error(tok_->source() + ": the tokenizer has no " + std::string(token) + " token");

@@ -45,7 +45,8 @@ class ReplyDecoder {
 class TextSide {
  public:
   // Loads `<dir>/tokenizer.json`; throws ds41::Error naming the file when it is missing or bad.
-  explicit TextSide(const std::string& model_dir);
+  // The tokenizer: `tokenizer_file` if given, else model_dir/tokenizer.json.
+  explicit TextSide(const std::string& model_dir, const std::string& tokenizer_file = "");
   ~TextSide();
 
   RenderedPrompt render(const ApiRequest& r) const;
