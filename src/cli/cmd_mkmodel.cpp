@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "model/random_checkpoint.h"
@@ -52,18 +53,15 @@ int cmd_mkmodel(int argc, char** argv) {
   opt.pool = &pool;
   const bool quiet = args.flag("quiet");
   auto t0 = std::chrono::steady_clock::now();
-  int last_pct = -1;
-  opt.progress = [&](const std::string&, uint64_t done, uint64_t total) {
-    if (quiet || total < (64u << 20)) return;  // only worth reporting for big models
-    int pct = int(100.0 * double(done) / double(total));
-    if (pct != last_pct) {
-      last_pct = pct;
-      std::fprintf(stderr, "\rmkmodel: writing weights %3d%% (%.0f / %.0f MiB)", pct, double(done) / 1048576.0,
-                   double(total) / 1048576.0);
-      if (done == total) std::fputc('\n', stderr);
-    }
-  };
-  write_random_checkpoint(cfg, *out, opt);
+  {
+    // A bar on a terminal, plain lines in a log (no carriage returns there).
+    ProgressBar bar("mkmodel");
+    opt.progress = [&](const std::string&, uint64_t done, uint64_t total) {
+      if (quiet || total < (64u << 20)) return;  // only worth reporting for big models
+      bar.update("writing weights (MiB)", int64_t(done >> 20), int64_t(total >> 20));
+    };
+    write_random_checkpoint(cfg, *out, opt);
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) {
     uint64_t bytes = 0, n = 0;

@@ -89,6 +89,9 @@ int cmd_serve(int argc, char** argv) {
   const int64_t ctx = args.get_int("ctx", 0);
   if (ctx < 0) throw Error("--ctx must be >= 0");
   eo.max_context = ctx > 0 ? std::min(ctx, model->config().max_seq_len) : model->config().max_seq_len;
+  if (ctx > model->config().max_seq_len)
+    std::fprintf(stderr, "warning: --ctx %lld is more than the model's max_seq_len: using %lld\n", (long long)ctx,
+                 (long long)model->config().max_seq_len);
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   Engine engine(*model, &pool, eo);
   Server server(engine, text, so);

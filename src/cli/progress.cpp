@@ -6,13 +6,28 @@
 
 namespace ds41::cli {
 
-ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), tty_(::isatty(2) == 1) {}
+namespace {
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), tty_(::isatty(2) == 1), start_(seconds_now()) {}
 
 ProgressBar::~ProgressBar() { finish(); }
 
 void ProgressBar::update(const std::string& stage, int64_t done, int64_t total) {
-  if (!tty_ || total <= 0) return;
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (total <= 0) return;
+  const double now = seconds_now();
+  if (!tty_) {
+    const int quarter = int(4 * done / total);
+    if (stage == logged_stage_ && quarter <= logged_quarter_) return;
+    logged_stage_ = stage;
+    logged_quarter_ = quarter;
+    std::fprintf(stderr, "%s: %s %lld/%lld (%d%%, %.1f s)\n", label_.c_str(), stage.c_str(), (long long)done,
+                 (long long)total, int(100 * done / total), now - start_);
+    return;
+  }
   if (done < total && now - last_draw_ < 0.05) return;
   last_draw_ = now;
   constexpr int kWidth = 30;

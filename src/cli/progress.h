@@ -1,5 +1,6 @@
-// A one-line progress bar on stderr, drawn only when stderr is a terminal (logs and pipes get
-// nothing), redrawn at most ~20 times a second.
+// Progress on stderr: on a terminal a one-line bar, redrawn at most ~20 times a second; in a log
+// or a pipe (a server under systemd, CI) plain lines instead, never a carriage return: one per
+// stage at each quarter of the way and at its end, with the seconds since the start.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,9 @@ class ProgressBar {
  private:
   std::string label_;
   bool tty_ = false, drawn_ = false;
-  double last_draw_ = 0;
+  double last_draw_ = 0, start_ = 0;
+  std::string logged_stage_;  // log mode: the stage of the last line, and its quarter
+  int logged_quarter_ = -1;
 };
 
 }  // namespace ds41::cli

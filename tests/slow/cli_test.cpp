@@ -325,6 +325,17 @@ TEST(Cli, RunTakesTheSpellingsLlamaCppUsersType) {
   EXPECT_EQ(help.out.find("--p TEXT"), std::string::npos);
 }
 
+// Where stderr is a log, not a terminal, long work reports plain progress lines (a server under
+// systemd used to log nothing until its banner), never a carriage return. (mkmodel reports through
+// the same class; the tiny preset is below its 64 MiB reporting floor.)
+TEST(Cli, ProgressInALogIsPlainLines) {
+  auto r = run_ds41("run " + test::tiny_model_dir(false) + " --tokens 0,5 -n 1 --threads 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("loading: validating"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("loading: preparing"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+}
+
 TEST(Cli, RunCedPrefillWithinTheWindowEqualsFull) {
   const std::string m = "-m " + test::tiny_model_dir(false) + " --threads 2 --max-tokens 3";
   const std::string prompt = long_prompt(100);
