@@ -638,8 +638,17 @@ TEST_F(SafetensorsTest, UnreadableFile) {
 TEST_F(SafetensorsTest, IndexMissingShard) {
   std::string d = make_checkpoint();
   fs::remove(d + "/model-00002-of-00003.safetensors");
-  expect_open_error(d, {"model.safetensors.index.json",
-                        "shard 'model-00002-of-00003.safetensors' is missing", "2 tensors"});
+  expect_open_error(d, {"model.safetensors.index.json", "1 of 3 shards are missing",
+                        "'model-00002-of-00003.safetensors'", "2 tensors"});
+}
+
+// A partial download: every missing shard is named in the one error, with what they hold.
+TEST_F(SafetensorsTest, IndexNamesEveryMissingShard) {
+  std::string d = make_checkpoint();
+  fs::remove(d + "/model-00001-of-00003.safetensors");
+  fs::remove(d + "/model-00003-of-00003.safetensors");
+  expect_open_error(d, {"2 of 3 shards are missing", "'model-00001-of-00003.safetensors', 'model-00003-of-00003.safetensors'",
+                        "in them"});
 }
 
 TEST_F(SafetensorsTest, IndexTensorInWrongShard) {

@@ -627,15 +627,27 @@ TensorStore TensorStore::open_index(const std::string& index_path) {
   fs::path parent = fs::path(index_path).parent_path();
   s.root_ = parent.empty() ? "." : parent.string();
 
+  // Every missing shard in one message (a partial download: what remains to fetch).
+  std::vector<std::string> missing_shards;
+  int64_t missing_tensors = 0;
   for (const auto& [shard, count] : shard_counts) {
-    fs::path p = fs::path(s.root_) / shard;
     std::error_code ec;
-    if (!fs::exists(p, ec))
-      fail(index_path, "shard " + in_quotes(shard) + " is missing from " + s.root_ +
-                           " (weight_map " + "puts " + std::to_string(count) + " tensor" +
-                           (count == 1 ? "" : "s") + " in it)");
-    s.files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
+    if (!fs::exists(fs::path(s.root_) / shard, ec)) {
+      missing_shards.push_back(shard);
+      missing_tensors += int64_t(count);
+    }
   }
+  if (!missing_shards.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing_shards.size(); ++i) list += (i ? ", " : "") + in_quotes(missing_shards[i]);
+    const bool one = missing_shards.size() == 1;
+    fail(index_path, std::to_string(missing_shards.size()) + " of " + std::to_string(shard_counts.size()) + " shard" +
+                         (shard_counts.size() == 1 ? " is" : "s are") + " missing from " + s.root_ + ": " + list +
+                         " (weight_map puts " + std::to_string(missing_tensors) + " tensor" +
+                         (missing_tensors == 1 ? "" : "s") + " in " + (one ? "it" : "them") + ")");
+  }
+  for (const auto& [shard, count] : shard_counts)
+    s.files_.push_back(std::make_unique<SafetensorsFile>((fs::path(s.root_) / shard).string()));
 
   // Every tensor stored in a shard must be listed, in that shard, exactly once across shards.
   std::unordered_map<std::string_view, const SafetensorsFile*> stored_in;
