@@ -78,7 +78,7 @@ int cmd_run(int argc, char** argv) {
       {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
       {"prefill", "MODE", "full (exact) or ced: a call longer than the window runs the decoder layers over its last window only", "full"},
       {"reference-index-keys", "", "the reference's decode-path index-key reading (tokens then depend on how the sequence was cut into calls)", ""},
-      {"load-session", "FILE", "continue a saved sequence: the prompt is appended to it", ""},
+      {"load-session", "FILE", "continue a saved sequence: the prompt is appended to it (none: the answer goes on)", ""},
       {"save-session", "FILE", "after generating, save the sequence (prompt + generated tokens) for --load-session", ""},
       {"exact", "", "with --save-session: store the window rings too (restore continues bit-identically; default: compact, rings rebuilt by bounded replay)", ""},
       {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
@@ -144,7 +144,13 @@ int cmd_run(int argc, char** argv) {
   const std::string save_path = args.get_or("save-session", "");
   if (args.flag("exact") && save_path.empty()) throw Error("--exact: it chooses how --save-session saves; give --save-session FILE");
   if (!save_path.empty()) check_writable(save_path + ".tmp", "--save-session");  // before any work
-  SequenceState st = load_path.empty() ? model->new_sequence() : load_session(load_path, *model, &pool, fo);
+  // A compact session's replay gives the logits of its last position: with no new tokens the
+  // answer continues from them. (All logits: the sampler may need every one.)
+  std::vector<float> replay_logits;
+  ForwardOptions replay_fo = fo;
+  replay_fo.head_top_k = -1;
+  SequenceState st =
+      load_path.empty() ? model->new_sequence() : load_session(load_path, *model, &pool, replay_fo, &replay_logits);
   const int64_t start_pos = st.pos;
 
   // The prompt ids.
@@ -166,10 +172,16 @@ int cmd_run(int argc, char** argv) {
       const EncodedPrompt ep = encode_prompt(messages, po);
       prompt = tok->encode(ep.text, ep.text_spans);  // the message stays text
     }
-  } else {
+  } else if (args.get("tokens") || load_path.empty()) {
     prompt = parse_token_ids(args.get_or("tokens", "0,128803,63006,44388,305,4575"), c.vocab_size);
   }
-  if (prompt.empty()) throw Error("the prompt is empty");
+  // --load-session without new tokens: continue from the saved state.
+  const bool continue_only = prompt.empty() && !load_path.empty() && !text_mode;
+  if (continue_only && replay_logits.empty())
+    throw Error(load_path + ": an exact session holds no next-token logits; give the tokens to continue with "
+                "(--tokens or -p), or save a compact session");
+  if (continue_only && dspark) throw Error("--dspark: give the tokens to continue the session with (--tokens or -p)");
+  if (prompt.empty() && !continue_only) throw Error("the prompt is empty");
   // Image placeholders in the ids become image spans (their rows from the vision tower).
   const RunImages images = prepare_run_images(*model, prompt, args.get_all("image"), &pool);
   prompt = images.prompt.tokens;
@@ -228,7 +240,8 @@ int cmd_run(int argc, char** argv) {
     dspark_report = std::move(r.dspark);
   } else {
     gen.emplace(*model, std::move(st), Sampler(so), &pool, fo);
-    gen->feed(prompt, chunk, {}, images.inputs());  // checks the context length before running anything
+    if (continue_only) gen->resume(std::move(replay_logits));
+    else gen->feed(prompt, chunk, {}, images.inputs());  // checks the context length before running anything
     stats = gen->generate(lim, [&](int32_t t) { return on_token(t, gen->last_logits().data()); });
   }
   if (text_mode) {

@@ -68,6 +68,14 @@ void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std:
   last_feed_.prefill_s = now_s() - feed_start_;
 }
 
+void Generation::resume(std::vector<float> logits) {
+  if (int64_t(logits.size()) != model_.config().vocab_size || pending_ || state_.pos == 0)
+    throw Error("resume: needs a sequence with no pending token and its last position's logits");
+  logits_ = std::move(logits);
+  feed_start_ = now_s();
+  last_feed_ = GenerationStats{};
+}
+
 void Generation::commit_pending() {
   if (!pending_) return;
   const int32_t tok = *pending_;

@@ -75,6 +75,11 @@ class Generation {
   // an enforced tool call). The draws of later steps do not change: they are keyed by position.
   std::optional<int32_t> force_token(int32_t token);
 
+  // Starts from next-token logits computed elsewhere for the sequence as it stands (a compact
+  // session's replay: load_session's replay_logits) instead of feeding tokens; generate() then
+  // samples from them. `logits` must be [vocab] fp32 of the state's last position.
+  void resume(std::vector<float> logits);
+
   // Puts the pending token into the sequence (e.g. before saving a session).
   void commit_pending();
   // Batched decoding (the server): puts the pending tokens of `gens` (one model, one pool, the

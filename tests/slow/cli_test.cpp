@@ -336,6 +336,26 @@ TEST(Cli, ProgressInALogIsPlainLines) {
   EXPECT_EQ(r.err.find('\r'), std::string::npos);
 }
 
+// --load-session without new tokens continues the saved answer (it used to append the demo's
+// default prompt): a compact session's replay gives the next-token logits, so the continuation is
+// the one-shot run's next tokens. An exact session has no logits: a clear error.
+TEST(Cli, RunContinuesASessionWithNoNewTokens) {
+  const std::string m = test::tiny_model_dir(false) + " --threads 2";
+  test::TempDir tmp;
+  auto first = run_ds41("run " + m + " --tokens 0,5,9,11 -n 3 --save-session " + tmp / "c.session");
+  ASSERT_EQ(first.status, 0) << first.err;
+  auto whole = run_ds41("run " + m + " --tokens 0,5,9,11 -n 7");
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  auto cont = run_ds41("run " + m + " --load-session " + tmp / "c.session" + " -n 4");
+  ASSERT_EQ(cont.status, 0) << cont.err;
+  const std::string a = first.out.substr(0, first.out.find('\n')), b = cont.out.substr(0, cont.out.find('\n'));
+  EXPECT_EQ(a + "," + b, whole.out.substr(0, whole.out.find('\n')));
+  ASSERT_EQ(run_ds41("run " + m + " --tokens 0,5,9,11 -n 3 --exact --save-session " + tmp / "e.session").status, 0);
+  auto exact = run_ds41("run " + m + " --load-session " + tmp / "e.session" + " -n 4");
+  EXPECT_EQ(exact.status, 1);
+  EXPECT_NE(exact.err.find("holds no next-token logits"), std::string::npos) << exact.err;
+}
+
 TEST(Cli, RunCedPrefillWithinTheWindowEqualsFull) {
   const std::string m = "-m " + test::tiny_model_dir(false) + " --threads 2 --max-tokens 3";
   const std::string prompt = long_prompt(100);
