@@ -14,6 +14,7 @@
 #include "kernels/numeric_formats.h"
 #include "kernels/torch_sum.h"
 #include "kernels/vector_exp.h"
+#include "simd_levels.h"
 
 namespace ds41 {
 namespace {
@@ -139,18 +140,25 @@ TEST(VectorExp, SigmoidMatchesTorchBitForBit) {
   EXPECT_GT(libm_differs, 0);
 }
 
-// The vector form (8 lanes, then the rest one by one) gives the scalar form's bits, at every length.
-TEST(VectorExp, InPlaceEqualsTheScalarFormAtEveryLength) {
+// The vector form (8 lanes, then the rest one by one) gives the scalar form's bits, at every
+// SIMD level and every length.
+TEST(VectorExp, InPlaceEqualsTheScalarFormAtEveryLevelAndLength) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-90.0f, 10.0f);
-  for (int n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 64, 1000}) {
-    std::vector<float> x(size_t(n) + 1);
-    for (float& v : x) v = u(rng);
-    const float guard = x[size_t(n)];
-    std::vector<float> y = x;
-    torch_vec_expf_in_place(y.data(), n);
-    for (int i = 0; i < n; ++i) ASSERT_PRED2(same_bits, y[size_t(i)], torch_vec_expf(x[size_t(i)])) << n << " " << i;
-    EXPECT_PRED2(same_bits, y[size_t(n)], guard) << "wrote past n = " << n;
+  std::vector<SimdLevel> levels = supported_simd_levels();
+  levels.insert(levels.begin(), SimdLevel::Scalar);
+  for (SimdLevel l : levels) {
+    ScopedSimdLevel level(l);
+    for (int n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 64, 1000}) {
+      std::vector<float> x(size_t(n) + 1);
+      for (float& v : x) v = u(rng);
+      const float guard = x[size_t(n)];
+      std::vector<float> y = x;
+      torch_vec_expf_in_place(y.data(), n);
+      for (int i = 0; i < n; ++i)
+        ASSERT_PRED2(same_bits, y[size_t(i)], torch_vec_expf(x[size_t(i)])) << simd_level_name(l) << " " << n << " " << i;
+      EXPECT_PRED2(same_bits, y[size_t(n)], guard) << simd_level_name(l) << ": wrote past n = " << n;
+    }
   }
 }
 

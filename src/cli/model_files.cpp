@@ -32,8 +32,12 @@ std::string demo_model_dir() {
 
 void check_writable(const std::string& path, const std::string& what) {
   const bool existed = fs::exists(path);
-  { std::ofstream probe(path, std::ios::app); if (!probe) throw Error(what + ": cannot write " + path + " (" + std::strerror(errno) + ")"); }
-  if (!existed) fs::remove(path);
+  {
+    std::ofstream probe(path, std::ios::app);
+    if (!probe) throw Error(what + ": cannot write " + path + " (" + std::strerror(errno) + ")");
+  }
+  std::error_code ec;
+  if (!existed) fs::remove(path, ec);
 }
 
 std::string model_dir_arg(const Args& args) {

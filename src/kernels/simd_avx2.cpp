@@ -50,7 +50,7 @@ const KernelTable kTable = {DS41_SIMD_LEVEL,    dense_bf16w,     dense_f32w,    
                             hc_mix_dots_simd,   fma_peak_simd,
                             mxfp4_dequant_row_simd, nvfp4_dequant_row_simd, fp8_dequant_row_simd,
                             nullptr,            hc_post_simd,    hc_pre_simd,     rmsnorm_apply_simd,
-                            int8_row_dots_simd, scaled_exp_sum_simd,
+                            int8_row_dots_simd, scaled_exp_sum_simd, exp_in_place_simd,
                             transpose_u16,      int8_quantize_bf16_row_simd, dense_packed_fp8,
                             nullptr,            nullptr,         false};
 #undef DS41_SIMD_REGS

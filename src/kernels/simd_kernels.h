@@ -188,6 +188,8 @@ struct KernelTable {
                         int64_t K, int32_t* out);
   // scaled_exp_sum (softmax_exp.h).
   double (*scaled_exp_sum)(const float* x, int64_t n, float scale, float shift, float* out);
+  // torch_vec_expf_in_place (vector_exp.h).
+  void (*exp_in_place)(float* x, int64_t n);
   // dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols (pack_bf16_rows).
   void (*transpose_u16)(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint16_t* dst,
                         int64_t dst_stride);

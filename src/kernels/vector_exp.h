@@ -19,8 +19,8 @@
 namespace ds41 {
 
 float torch_vec_expf(float x);
-// x[i] = torch_vec_expf(x[i]) for i < n, 8 lanes at a time on CPUs with AVX2 and FMA (SLEEF's
-// vector form, whose values are the scalar form's bit for bit).
+// x[i] = torch_vec_expf(x[i]) for i < n: 8 lanes at a time at the AVX2 and AVX-512 levels (SLEEF's
+// vector form, whose values are the scalar form's bit for bit), one by one at the scalar level.
 void torch_vec_expf_in_place(float* x, int64_t n);
 // log1p of PyTorch's vectorized CPU kernels (SLEEF's log1pf_u10; its scalar FMA variant gives the
 // AVX2 vector's values bit for bit).

@@ -29,7 +29,6 @@
 #pragma once
 
 #include <algorithm>
-#include <climits>
 #include <atomic>
 #include <cstdint>
 #include <memory>

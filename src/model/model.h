@@ -59,8 +59,9 @@ struct ForwardOptions {
   //  - the attention list's window segment (model/attention.cpp): min(S, W) slots in a call at
   //    position 0, unfilled ring slots first in later calls, which moves its 64-entry
   //    online-softmax blocks (values at positions below W - 1 only);
-  //  - the hyper-connection pre/post sigmoids of a call's last (S * hc mod 16) elements take
-  //    libm's exp, PyTorch's scalar tail (kernels/hyper_connection.h).
+  //  - PyTorch's scalar tail: the last (n mod 16) elements of the call's [S][n / S] tensors take
+  //    libm's exp (and log1p) instead of SLEEF's, in the hyper-connection pre/post sigmoids, the
+  //    router's softplus and Engram's gate sigmoid (kernels/vector_exp.h torch_scalar_tail_from).
   bool reference_call_shapes = false;
   bool all_logits = false;  // logits for every position of the call, not just the last
   // When set, receives the DSpark drafter's input for every position of the call (spec §B.3):

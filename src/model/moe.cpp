@@ -16,14 +16,23 @@
 
 namespace ds41 {
 
+namespace {
+
+// The two halves of swiglu(), so that a row's exponentials can be taken in vectors between them:
+// the gate is clamped from above only, then silu(gate) * clamp(up) with exp_neg_gate = exp(-gate).
+float swiglu_gate(float gate, float limit) { return limit > 0 ? std::min(gate, limit) : gate; }
+float swiglu_finish(float gate, float exp_neg_gate, float up, float limit) {
+  if (limit > 0) up = std::clamp(up, -limit, limit);
+  return gate / (1.f + exp_neg_gate) * up;  // silu(g) * u in fp32
+}
+
+}  // namespace
+
 float swiglu(float gate, float up, float limit) {
-  if (limit > 0) {
-    up = std::clamp(up, -limit, limit);
-    gate = std::min(gate, limit);
-  }
   // F.silu's vector path, x / (1 + exp(-x)) with SLEEF's exp: every expert tensor it sees is
   // [rows][inter] with inter a multiple of 32, so no element falls in a scalar tail.
-  return gate / (1.f + torch_vec_expf(-gate)) * up;  // silu(g) * u in fp32
+  const float g = swiglu_gate(gate, limit);
+  return swiglu_finish(g, torch_vec_expf(-g), up, limit);
 }
 
 namespace {
@@ -78,26 +87,25 @@ void swiglu_parts(const SwigluPart* parts, int count, float limit, ThreadPool* p
     rows += parts[i].rows;
     elements += parts[i].rows * parts[i].width;
   }
+  int64_t widest = 0;
+  for (int i = 0; i < count; ++i) widest = std::max(widest, parts[i].width);
   parallel_for(pool_for_work(pool, elements * kSwigluElementWork), rows, [&](int64_t r0, int64_t r1) {
+    // swiglu() row by row, its exponentials in vectors (the same values).
+    DS41_SCRATCH_UNINIT(float, gate, widest, 0);
+    DS41_SCRATCH_UNINIT(float, e, widest, 0);
     int i = 0;
     int64_t first = 0;  // the first row of part i
     for (int64_t r = r0; r < r1; ++r) {
       while (r >= first + parts[i].rows) first += parts[i++].rows;
       const SwigluPart& p = parts[i];
       const int64_t row = r - first, I = p.width;
-      // swiglu() for the row, its exponentials in vectors (the same values).
-      DS41_SCRATCH_UNINIT(float, gate, I, 0);
-      DS41_SCRATCH_UNINIT(float, e, I, 0);
       for (int64_t c = 0; c < I; ++c) {
-        const float g = bf16_to_f32(p.g[row * I + c]);
-        gate[size_t(c)] = limit > 0 ? std::min(g, limit) : g;
+        gate[size_t(c)] = swiglu_gate(bf16_to_f32(p.g[row * I + c]), limit);
         e[size_t(c)] = -gate[size_t(c)];
       }
       torch_vec_expf_in_place(e.data(), I);
       for (int64_t c = 0; c < I; ++c) {
-        float up = bf16_to_f32(p.u[row * I + c]);
-        if (limit > 0) up = std::clamp(up, -limit, limit);
-        float a = gate[size_t(c)] / (1.f + e[size_t(c)]) * up;
+        float a = swiglu_finish(gate[size_t(c)], e[size_t(c)], bf16_to_f32(p.u[row * I + c]), limit);
         if (p.route_w) a = p.route_w[row] * a;
         p.h[row * I + c] = f32_to_bf16(a);
       }
