@@ -133,6 +133,8 @@ int cmd_chat(int argc, char** argv) {
         continue;
       }
       ReplyPrinter printer;
+      PrefillProgress prefill_progress(0);
+      conv.set_prefill_progress([&prefill_progress](int64_t done, int64_t total) { prefill_progress(done, total); });
       last = conv.ask(line, limits, [&](const ReplyEvent& e) { printer.print(e); }, chunk);
       have_last = true;
       printer.finish();

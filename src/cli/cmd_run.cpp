@@ -60,6 +60,9 @@ int64_t peak_rss_bytes() {
 
 }  // namespace
 
+// What `ds41 run` asks the demo model when given no prompt.
+constexpr const char* kDemoPrompt = "Tell me a story about the sea.";
+
 int cmd_run(int argc, char** argv) {
   std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint directory (default: the built-in random-weight demo model)", ""},
@@ -75,6 +78,7 @@ int cmd_run(int argc, char** argv) {
       {"image", "FILE", "a PNG/JPEG/WebP image (repeatable, in order): with -p it goes before the text of the message; "
                         "with --tokens or --raw it fills the next image placeholder id (129264)", ""},
       {"max-tokens", "N", "tokens to generate", "256"},
+      {"ctx", "N", "context length: prompt and answer tokens at most N (0 = the model's max_seq_len)", "0"},
       {"chunk", "N", "prefill chunk size (0 = the whole prompt in one call)", "0"},
       {"prefill", "MODE", "full (exact) or ced: a call longer than the window runs the decoder layers over its last window only", "full"},
       {"reference-index-keys", "", "the reference's decode-path index-key reading (tokens then depend on how the sequence was cut into calls)", ""},
@@ -94,8 +98,11 @@ int cmd_run(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   const std::string dir = model_dir_or_demo(args);
   if (args.get("prompt") && args.get("file")) throw Error("give either -p TEXT or -f FILE, not both");
-  const bool text_mode = args.get("prompt") || args.get("file");
-  std::string text = args.get_or("prompt", "");
+  // The demo model with nothing to say: a text prompt of its own (it has a tokenizer).
+  const bool demo_prompt = model_dir_arg(args).empty() && !args.get("prompt") && !args.get("file") &&
+                           !args.get("tokens") && !args.get("load-session") && args.get_all("image").empty();
+  const bool text_mode = args.get("prompt") || args.get("file") || demo_prompt;
+  std::string text = demo_prompt ? std::string(kDemoPrompt) : args.get_or("prompt", "");
   if (args.get("file") || text == "-") {  // -f FILE, or -p - (standard input)
     const std::string path = args.get_or("file", "");
     std::ifstream file;
@@ -113,8 +120,10 @@ int cmd_run(int argc, char** argv) {
   const bool json_out = args.flag("json");
   const bool dspark = dspark_requested(args);
   const SamplerOptions so = sampler_options_from(args, 0.0, 1.0);
-  const int64_t max_tokens = args.get_int("max-tokens", 256);
+  int64_t max_tokens = args.get_int("max-tokens", 256);
   if (max_tokens < 0) throw Error("--max-tokens must be >= 0");
+  const int64_t ctx = args.get_int("ctx", 0);
+  if (ctx < 0) throw Error("--ctx must be >= 0");
   const int64_t chunk = args.get_int("chunk", 0);
   if (chunk < 0) throw Error("--chunk must be >= 0");
   std::optional<Tokenizer> tok;
@@ -185,6 +194,16 @@ int cmd_run(int argc, char** argv) {
   // Image placeholders in the ids become image spans (their rows from the vision tower).
   const RunImages images = prepare_run_images(*model, prompt, args.get_all("image"), &pool);
   prompt = images.prompt.tokens;
+  if (ctx > c.max_seq_len)
+    std::fprintf(stderr, "warning: --ctx %lld is more than the model's max_seq_len: using %lld\n", (long long)ctx,
+                 (long long)c.max_seq_len);
+  if (ctx > 0 && ctx < c.max_seq_len) {
+    const int64_t used = st.pos + int64_t(prompt.size());
+    if (used >= ctx)
+      throw Error("the prompt" + std::string(st.pos > 0 ? " with the loaded session" : "") + " is " + std::to_string(used) +
+                  " tokens; --ctx is " + std::to_string(ctx));
+    max_tokens = std::min(max_tokens, ctx - used);
+  }
   // Caches sized once for the whole answer: no reallocation inside the decode loop (a speculative
   // verify call runs up to a draft block past the last kept token).
   reserve_sequence(st, c, model->plan(),
@@ -241,7 +260,7 @@ int cmd_run(int argc, char** argv) {
   } else {
     gen.emplace(*model, std::move(st), Sampler(so), &pool, fo);
     if (continue_only) gen->resume(std::move(replay_logits));
-    else gen->feed(prompt, chunk, {}, images.inputs());  // checks the context length before running anything
+    else gen->feed(prompt, chunk, PrefillProgress(int64_t(prompt.size())), images.inputs());  // checks the context length first
     stats = gen->generate(lim, [&](int32_t t) { return on_token(t, gen->last_logits().data()); });
   }
   if (text_mode) {

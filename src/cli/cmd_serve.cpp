@@ -1,5 +1,9 @@
 // `ds41 serve`: an OpenAI- and Anthropic-compatible HTTP server over one model.
+#include <atomic>
+#include <chrono>
 #include <csignal>
+#include <pthread.h>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 
@@ -20,10 +24,54 @@
 namespace ds41::cli {
 
 namespace {
-Server* g_server = nullptr;
-void on_signal(int) {
-  if (g_server) g_server->stop();
-}
+
+// SIGINT/SIGTERM are taken by a thread of their own (sigwait), so what they start is ordinary
+// code: the first drains (answers in progress finish or end with an error the client reads), a
+// second stops at once.
+class SignalWatcher {
+ public:
+  SignalWatcher(Server& server, std::chrono::milliseconds grace) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGUSR1);  // our own wake-up when serving ends by itself
+    thread_ = std::thread([this, &server, grace] {
+      for (int n = 0;; ++n) {
+        int sig = 0;
+        if (sigwait(&set_, &sig) != 0 || sig == SIGUSR1 || done_) return;
+        if (n == 0) {
+          std::fprintf(stderr, "ds41 serve: %s: draining (answers in progress have %.0f s; again to stop now)\n",
+                       sig == SIGINT ? "SIGINT" : "SIGTERM", double(grace.count()) / 1000);
+          server.drain(grace);
+        } else {
+          std::fprintf(stderr, "ds41 serve: stopping now\n");
+          server.stop();
+          return;
+        }
+      }
+    });
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    pthread_kill(thread_.native_handle(), SIGUSR1);
+    thread_.join();
+  }
+  // Before any thread starts: every thread inherits the mask, so only sigwait sees the signals.
+  static void block() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -47,6 +95,10 @@ int cmd_serve(int argc, char** argv) {
       {"dspark-confidence", "C", "cut a draft below this cumulative confidence (0 = never)", "0"},
       {"think", "", "answer in thinking mode unless a request says otherwise", ""},
       {"effort", "N", "default reasoning effort (low, high, max or 1-100)", "high"},
+      {"max-body-mb", "N", "largest request body accepted, in MiB (images come inside it)", "64"},
+      {"max-connections", "N", "open connections at most (the one waiting longest for its request makes room)", "1024"},
+      {"request-timeout", "S", "seconds a client has to send a whole request", "30"},
+      {"drain-timeout", "S", "on SIGTERM/SIGINT: seconds answers in progress may take to finish", "30"},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs()) specs.push_back(s);
   Args args("serve", "serve the model over an OpenAI- and Anthropic-compatible HTTP API",
@@ -76,7 +128,14 @@ int cmd_serve(int argc, char** argv) {
   eo.dspark_confidence = args.get_double("dspark-confidence", 0.0);
   eo.prefix_cache_disk_bytes = args.get_int("prefix-cache-disk-mb", 8192) << 20;
   if (eo.prefix_cache_bytes < 0 || eo.prefix_cache_disk_bytes < 0) throw Error("prefix cache sizes must be >= 0");
-  so.http_threads = std::max(64, eo.max_batch * 4);
+  so.max_body_bytes = args.get_int("max-body-mb", 64) << 20;
+  if (so.max_body_bytes < 1) throw Error("--max-body-mb must be >= 1");
+  so.http.max_connections = int(args.get_int("max-connections", 1024));
+  so.http.request_timeout_s = int(args.get_int("request-timeout", 30));
+  const double drain_s = args.get_double("drain-timeout", 30);
+  if (so.http.max_connections < 1) throw Error("--max-connections must be >= 1");
+  if (so.http.request_timeout_s < 1) throw Error("--request-timeout must be >= 1");
+  if (!(drain_s >= 0)) throw Error("--drain-timeout must be >= 0");
 
   TextSide text(dir, args.get_or("tokenizer", ""));
   std::unique_ptr<Model> model;
@@ -92,21 +151,20 @@ int cmd_serve(int argc, char** argv) {
   if (ctx > model->config().max_seq_len)
     std::fprintf(stderr, "warning: --ctx %lld is more than the model's max_seq_len: using %lld\n", (long long)ctx,
                  (long long)model->config().max_seq_len);
+  // From here on signals are handled by the watcher (loading above stays interruptible).
+  SignalWatcher::block();
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   Engine engine(*model, &pool, eo);
   Server server(engine, text, so);
-  g_server = &server;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   std::string error;
   if (!server.bind(error)) throw Error("ds41 serve: " + error);  // before the banner: it says where we listen
   std::fprintf(stderr, "ds41 serve: model \"%s\" (context %lld, batch %d, %d threads) on http://%s:%d%s\n",
                so.model_name.c_str(), (long long)eo.max_context, eo.max_batch, pool.size(), so.host.c_str(), so.port,
                so.api_key.empty() ? "" : " (API key required)");
-  const bool ok = server.listen_after_bind();
-  if (!ok) error = "the server stopped with an error";
-  g_server = nullptr;
-  if (!ok) throw Error("ds41 serve: " + error);
+  {
+    SignalWatcher signals(server, std::chrono::milliseconds(int64_t(drain_s * 1000)));
+    server.listen_after_bind();
+  }
   std::fprintf(stderr, "ds41 serve: stopped\n");
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "model/presets.h"
 #include "model/random_checkpoint.h"
+#include "text/demo_tokenizer.h"
 
 namespace ds41::cli {
 
@@ -20,12 +21,21 @@ std::string demo_model_dir() {
   const char* home = std::getenv("HOME");
   fs::path cache = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
   fs::path dir = cache / "ds41" / "tiny";
-  if (!fs::exists(dir / "model.safetensors.index.json")) {
+  // A demo written by an older ds41 has no tokenizer (and an Engram token map derived without
+  // one): it is written again.
+  if (!fs::exists(dir / "model.safetensors.index.json") || !fs::exists(dir / "tokenizer.json")) {
     std::fprintf(stderr, "no model given (-m DIR); writing the built-in demo model (random weights) to %s\n",
                  dir.string().c_str());
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    fs::create_directories(dir);
+    const std::string tokenizer = (dir / "demo-tokenizer.json.tmp").string();
+    write_demo_tokenizer(tokenizer);
     RandomCheckpointOptions opt;
     opt.seed = 0;
+    opt.tokenizer_path = tokenizer;
     write_random_checkpoint(preset_config("tiny"), dir.string(), opt);
+    fs::remove(tokenizer, ec);
   }
   return dir.string();
 }

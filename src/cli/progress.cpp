@@ -1,5 +1,6 @@
 #include "cli/progress.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <unistd.h>
@@ -43,6 +44,19 @@ void ProgressBar::update(const std::string& stage, int64_t done, int64_t total) 
 void ProgressBar::finish() {
   if (drawn_) std::fprintf(stderr, "\r\033[K");
   drawn_ = false;
+}
+
+PrefillProgress::PrefillProgress(int64_t tokens) : tokens_(tokens), start_(seconds_now()) {}
+
+void PrefillProgress::operator()(int64_t done, int64_t total) {
+  if (!bar_) {
+    if (seconds_now() - start_ < 0.5 || done >= total) return;
+    bar_ = std::make_shared<ProgressBar>("prefill");
+  }
+  // In tokens where the count is known (the work is token-layers: a layer of a chunk counts its tokens).
+  if (tokens_ > 0) bar_->update("tokens", done * tokens_ / std::max<int64_t>(total, 1), tokens_);
+  else bar_->update("", done, total);
+  if (done >= total) bar_.reset();  // cleared before the answer prints on that line
 }
 
 }  // namespace ds41::cli

@@ -1,5 +1,7 @@
 #include "cli/run_dspark.h"
 
+#include "cli/progress.h"
+
 #include <chrono>
 #include <cstdio>
 
@@ -30,7 +32,7 @@ struct PlainRun {
 };
 PlainRun plain_decode(const Model& model, SequenceState st, const RunSettings& s, ThreadPool& pool) {
   Generation gen(model, std::move(st), Sampler(s.sampling), &pool, s.forward);
-  gen.feed(s.prompt, s.chunk, {}, s.inputs);
+  gen.feed(s.prompt, s.chunk, PrefillProgress(int64_t(s.prompt.size())), s.inputs);
   GenerationLimits lim;
   lim.max_tokens = s.max_tokens;
   lim.stop_ids = {int32_t(model.config().eos_token_id)};

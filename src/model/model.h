@@ -82,6 +82,9 @@ struct ForwardOptions {
   // calls, batched steps); more get all logits. Negative: all of them, and Generation does not
   // choose a k itself (runtime/generation.h).
   int head_top_k = 0;
+  // Observation only (progress displays): called after each main-model layer of the call with the
+  // layers done and their count.
+  std::function<void(int done, int total)> on_layer;
 };
 
 // What the head screen did for a call that asked for the top logits: decided them; ran and fell

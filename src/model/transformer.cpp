@@ -311,6 +311,9 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
   const int64_t call_start = state.pos;
   if (main_hidden) main_hidden->assign(size_t(int64_t(S) * n_targets * D), 0);
   int target_index = 0;
+  int layers_done = 0, n_main_layers = 0;
+  if (opt.on_layer)
+    for (const LayerPlan& lp : plan_.layers) n_main_layers += lp.is_dspark ? 0 : 1;
 
   for (const LayerPlan& lp : plan_.layers) {
     if (lp.is_dspark) continue;  // drafter stages run only in speculative decoding (model/dspark.h)
@@ -335,6 +338,7 @@ void Model::forward_call(std::vector<float>& logits, SequenceState& state, const
     run_block(ctx, lp, w, X.data(), a_in, scratch,
               [&](const uint16_t* in, uint16_t* out) { attention_forward(ctx, lp, w, in, out); });
     if (hooks && hooks->after_block) hooks->after_block(lp.id, S, X.data(), a_in.data());
+    if (opt.on_layer) opt.on_layer(++layers_done, n_main_layers);
   }
 
   // Collapse with the last FFN pre-mix, final norm, fp32 head (§4, §7).

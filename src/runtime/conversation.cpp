@@ -85,9 +85,18 @@ void Conversation::start_sequence(const std::vector<int32_t>& ids, TurnResult& r
       break;
     }
   double prefill_s = 0;
+  // Progress over both feeds as one: scaled to the tokens this turn prefills.
+  const int64_t turn_tokens = int64_t(ids.size() - base) + (gen_->pending() ? 1 : 0);
   auto feed = [&](size_t from, size_t to) {
     if (from >= to && !gen_->pending()) return;
-    gen_->feed(std::vector<int32_t>(ids.begin() + long(from), ids.begin() + long(to)), chunk);
+    const int64_t before = int64_t(from - base);
+    std::function<void(int64_t, int64_t)> progress;
+    if (prefill_progress_)
+      progress = [&, before, n = int64_t(to - from) + (gen_->pending() ? 1 : 0)](int64_t done, int64_t total) {
+        const int64_t layers = total / std::max<int64_t>(n, 1);
+        prefill_progress_(before * layers + done, turn_tokens * layers);
+      };
+    gen_->feed(std::vector<int32_t>(ids.begin() + long(from), ids.begin() + long(to)), chunk, progress);
     prefill_s += gen_->last_feed_stats().prefill_s;
   };
   if (boundary > base) {

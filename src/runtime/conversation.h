@@ -52,6 +52,8 @@ class Conversation {
   // as far as it got.
   TurnResult ask(const std::string& user_text, const GenerationLimits& limits,
                  const std::function<void(const ReplyEvent&)>& on_event = {}, int64_t prefill_chunk = 0);
+  // Called while ask() prefills: (done, total) over what the turn prefills, in token-layers.
+  void set_prefill_progress(std::function<void(int64_t, int64_t)> f) { prefill_progress_ = std::move(f); }
 
   // Saves the conversation: `path` holds the sequence (an exact session) and `path + ".chat.json"`
   // the messages and options; both written atomically. load() checks that the two agree.
@@ -61,6 +63,7 @@ class Conversation {
   const SequenceState& state() const { return gen_->state(); }
 
  private:
+  std::function<void(int64_t, int64_t)> prefill_progress_;
   std::vector<int32_t> encode_conversation(bool for_generation) const;
   void start_sequence(const std::vector<int32_t>& ids, TurnResult& r, int64_t chunk);
 

@@ -60,9 +60,13 @@ void Generation::feed(const std::vector<int32_t>& ids, int64_t chunk, const std:
     const size_t end = std::min(all.size(), i + step);
     InputEmbeddings part;
     if (inputs) part = all_inputs.slice(int64_t(i), int64_t(end), c.dim);
-    model_.forward_into(logits_, state_, std::vector<int32_t>(all.begin() + long(i), all.begin() + long(end)), forward_, pool_,
+    ForwardOptions fo = forward_;
+    if (on_progress)  // token-layers: each layer of a chunk counts the chunk's tokens
+      fo.on_layer = [&](int done, int total) {
+        on_progress(int64_t(i) * total + int64_t(end - i) * done, int64_t(all.size()) * total);
+      };
+    model_.forward_into(logits_, state_, std::vector<int32_t>(all.begin() + long(i), all.begin() + long(end)), fo, pool_,
                         nullptr, inputs ? &part : nullptr);
-    if (on_progress) on_progress(int64_t(end), int64_t(all.size()));
   }
   pending_.reset();
   last_feed_.prefill_s = now_s() - feed_start_;

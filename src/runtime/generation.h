@@ -57,8 +57,8 @@ class Generation {
 
   // Feeds the pending token (if any) and `ids`, in calls of at most `chunk` tokens (0 = one
   // call). Throws ds41::Error, before running anything, if the sequence would pass max_seq_len.
-  // `on_progress(done, total)` is called after each chunk. `inputs` (optional) are the token types
-  // and image-span rows of `ids` (Model::forward's InputEmbeddings), cut along with the chunks.
+  // `on_progress(done, total)` is called after each layer of each chunk, in token-layers (a layer
+  // of a chunk counts its tokens). `inputs` (optional) are the token types and image-span rows of `ids` (Model::forward's InputEmbeddings), cut along with the chunks.
   void feed(const std::vector<int32_t>& ids, int64_t chunk = 0,
             const std::function<void(int64_t, int64_t)>& on_progress = {}, const InputEmbeddings* inputs = nullptr);
 

@@ -1,6 +1,7 @@
 #include "server/engine.h"
 
 #include <chrono>
+#include <cstdio>
 #include <optional>
 
 #include "base/error.h"
@@ -11,9 +12,10 @@
 namespace ds41 {
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+double seconds_of(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
+double now_s() { return seconds_of(std::chrono::steady_clock::now()); }
 
 void observe(std::atomic<int64_t>* counts, std::atomic<double>& sum, std::atomic<int64_t>& n, double v) {
   for (int i = 0; i < EngineMetrics::kBuckets; ++i)
@@ -36,11 +38,31 @@ bool RequestHandle::next(EngineEvent& ev, int timeout_ms) {
 }
 
 void RequestHandle::push(EngineEvent ev) {
+  std::function<void()> wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(ev));
+    wake = listener_;
+    if (wake) ++waking_;
   }
   cv_.notify_all();
+  if (!wake) return;
+  wake();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --waking_;
+  }
+  cv_.notify_all();
+}
+
+void RequestHandle::set_listener(std::function<void()> wake) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    listener_ = wake;
+    // A call of the previous listener may be under way: once this returns, none is.
+    cv_.wait(lock, [&] { return waking_ == 0; });
+  }
+  if (wake) wake();
 }
 
 struct Engine::Slot {
@@ -62,7 +84,9 @@ struct Engine::Slot {
   bool forcing = false;    // the trigger was seen: emitting req.forced
   std::vector<int32_t> tail;  // the last generated ids, as many as the trigger has
   int64_t generated = 0;
-  double submitted_at = 0, last_token_at = 0;
+  double arrived_at = 0, last_token_at = 0;
+  double prefill_started_at = 0;  // the first prefill chunk (for the log of long prefills)
+  int logged_quarter = -1;
 };
 
 Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions opt)
@@ -117,6 +141,7 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
     if (id < 0 || id >= c.vocab_size) throw Error("forced token id " + std::to_string(id) + " is outside the vocabulary");
   Sampler check(req.sampling);  // throws on invalid options
   (void)check;
+  if (req.arrived == std::chrono::steady_clock::time_point{}) req.arrived = std::chrono::steady_clock::now();
   auto h = std::make_shared<RequestHandle>();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -140,7 +165,7 @@ void Engine::run() {
         s->req = std::move(queue_.front().first);
         s->handle = std::move(queue_.front().second);
         queue_.pop_front();
-        s->submitted_at = now_s();
+        s->arrived_at = seconds_of(s->req.arrived);
         active.push_back(std::move(s));
       }
       metrics_.waiting = int(queue_.size());
@@ -170,15 +195,32 @@ void Engine::run() {
         keep = step(*active[i]);
       } catch (const std::exception& e) {
         ++metrics_.requests_failed;
+        --metrics_.active;
         active[i]->handle->push({EngineEvent::Kind::Error, -1, FinishReason::Stop, e.what()});
       }
       if (keep) ++i;
       else active.erase(active.begin() + long(i));
     }
+    // Again after the step: when the last request finishes, the loop goes to sleep and the gauge
+    // must already read 0.
+    metrics_.active = int(active.size());
   }
   for (auto& s : active) s->handle->push({EngineEvent::Kind::Error, -1, FinishReason::Stop, "the server is shutting down"});
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& q : queue_) q.second->push({EngineEvent::Kind::Error, -1, FinishReason::Stop, "the server is shutting down"});
+}
+
+// A server's log says how a long prefill is going: once it has run for 2 s, a line at each quarter
+// of the prompt (and at its end).
+void Engine::log_prefill(Slot& s, size_t prompt_tokens) {
+  if (s.prefill_started_at == 0) s.prefill_started_at = now_s();
+  const double took = now_s() - s.prefill_started_at;
+  if (took < 2.0 && s.logged_quarter < 0) return;
+  const int quarter = int(4 * s.fed / std::max<size_t>(prompt_tokens, 1));
+  if (quarter <= s.logged_quarter) return;
+  s.logged_quarter = quarter;
+  std::fprintf(stderr, "ds41 serve: %s: prefill %zu/%zu tokens (%d%%, %.1f s)\n", s.req.label.empty() ? "request" : s.req.label.c_str(),
+               s.fed, prompt_tokens, int(100 * s.fed / std::max<size_t>(prompt_tokens, 1)), took);
 }
 
 bool Engine::step(Slot& s) {
@@ -192,6 +234,7 @@ bool Engine::step(Slot& s) {
     }
     if (r == FinishReason::Cancelled) ++metrics_.requests_cancelled;
     else ++metrics_.requests_finished;
+    --metrics_.active;  // before the client hears it is done (the step loop recounts after)
     h.push({EngineEvent::Kind::Done, -1, r, {}});
     return false;
   };
@@ -231,7 +274,7 @@ bool Engine::step(Slot& s) {
     }
     h.cached_tokens = int64_t(s.fed);
     h.prompt_tokens = int64_t(prompt.size());
-    h.queued_s = now_s() - s.submitted_at;
+    h.queued_s = now_s() - s.arrived_at;
     metrics_.prompt_tokens += int64_t(prompt.size());
     SequenceState start = cached ? std::move(*cached) : model_.new_sequence();
     if (opt_.dspark && s.req.forced.empty()) {
@@ -259,6 +302,7 @@ bool Engine::step(Slot& s) {
     if (s.spec) s.spec_logits = s.spec->prefill(part, 0, has_images ? &inputs : nullptr);
     else s.gen->feed(part, 0, {}, has_images ? &inputs : nullptr);
     s.fed = end;
+    log_prefill(s, prompt.size());
     if (s.fed == boundary && boundary > 0)
       prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.spec ? *s.spec_state : s.gen->state());
     return true;
@@ -293,8 +337,8 @@ bool Engine::step(Slot& s) {
   if (!tok) return finish(FinishReason::ContextFull);
   const double t = now_s();
   if (s.generated == 0) {
-    h.ttft_s = t - s.submitted_at;
-    metrics_.observe_ttft(t - s.submitted_at);
+    h.ttft_s = t - s.arrived_at;
+    metrics_.observe_ttft(t - s.arrived_at);
   } else {
     metrics_.observe_tpot(t - s.last_token_at);
   }

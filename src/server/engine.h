@@ -8,9 +8,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,6 +59,10 @@ struct EngineRequest {
   // A forced continuation (tool_choice "required" or a named function): once the generated ids end
   // with `force_trigger` (empty: right away), the ids of `forced` are emitted as if sampled, once.
   std::vector<int32_t> force_trigger, forced;
+  // When the request arrived (the HTTP layer: its head was read); time to first token counts from
+  // here, queueing included. Unset: the moment submit() is called.
+  std::chrono::steady_clock::time_point arrived{};
+  std::string label;  // names the request in the server's log (its response id)
 };
 
 struct EngineEvent {
@@ -70,8 +76,13 @@ struct EngineEvent {
 // engine thread.
 class RequestHandle {
  public:
-  // Blocks until an event arrives (or `timeout_ms` passes: returns false).
+  // Blocks until an event arrives (or `timeout_ms` passes: returns false; 0 polls).
   bool next(EngineEvent& ev, int timeout_ms);
+  // `wake` is called (on the engine's thread, without locks held: it must not block) after each
+  // event is queued, and once right away so that events queued before it was set are not missed.
+  // An asynchronous reader calls next(ev, 0) from it. Empty: no calls. When it returns, no call
+  // of the listener it replaced is under way (the caller may then destroy what that one used).
+  void set_listener(std::function<void()> wake);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
@@ -86,6 +97,8 @@ class RequestHandle {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<EngineEvent> events_;
+  std::function<void()> listener_;
+  int waking_ = 0;  // calls of listener_ under way
   std::atomic<bool> cancelled_{false};
 };
 
@@ -128,6 +141,7 @@ class Engine {
   struct Slot;
   void run();
   bool step(Slot& s);  // false when the slot is finished
+  void log_prefill(Slot& s, size_t prompt_tokens);
 
   const Model& model_;
   ThreadPool* pool_;

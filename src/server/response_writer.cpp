@@ -253,7 +253,7 @@ std::unique_ptr<ResponseWriter> make_response_writer(const ApiRequest& r, const 
 json error_body(ApiKind kind, int status, const std::string& type, const std::string& message, const std::string& param) {
   if (kind == ApiKind::AnthropicMessages) return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
   return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
-                     {"code", status == 404 ? json("model_not_found") : json(nullptr)}}}};
+                     {"code", status == 404 && param == "model" ? json("model_not_found") : json(nullptr)}}}};
 }
 
 }  // namespace ds41

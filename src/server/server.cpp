@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <httplib.h>
 #include <sstream>
-#include <sys/socket.h>
 
 #include "base/error.h"
 #include "server/api_error.h"
 #include "server/data_url.h"
 #include "server/engine.h"
+#include "server/http_server.h"
 #include "server/response_writer.h"
 #include "server/text_side.h"
 #include "vision/image_decode.h"
@@ -26,38 +25,78 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// How often a non-streamed answer writes a JSON-insignificant space while it is made.
-constexpr int kKeepAliveMs = 100;
-
-// One generation as the HTTP layer sees it: engine events in, wire text out.
-struct Job {
+// One generation as the HTTP layer sees it: engine events in, wire text out. It reads the engine
+// without blocking (the HTTP layer polls it when the engine says there is news).
+struct Job : HttpResponder {
   ApiRequest req;
   RenderedPrompt prompt;
   std::shared_ptr<RequestHandle> handle;
   std::unique_ptr<ReplyDecoder> decoder;
   std::unique_ptr<ResponseWriter> writer;
   Usage usage;
-  bool started = false, done = false, saw_tool_calls = false;
-  std::chrono::steady_clock::time_point last_sent{};  // of the last bytes written to the client
-  std::string failure;  // the engine's error, if the generation failed
+  bool started = false, done = false, saw_tool_calls = false, head_given = false;
+  std::string failure;       // the engine's error, if the generation failed
+  std::string abort_reason;  // why the server cancelled it (shutting down)
+  std::string stop_sequence;
+  std::atomic<int64_t>* errors = nullptr;  // the server's error counter
 
-  // Takes the engine's events for at most `timeout_ms` (returning early once it has text to send)
-  // and returns the text to send (possibly empty). A non-streamed answer's events produce no text
-  // until the end, so the time limit is what returns control to the HTTP layer while tokens flow.
-  std::string pump(int timeout_ms) {
+  void start(std::function<void()> wake) override { handle->set_listener(std::move(wake)); }
+
+  void cancel(const std::string& reason) override {
+    handle->cancel();
+    if (reason.empty()) {
+      handle->set_listener(nullptr);  // nobody will read the rest
+      done = true;
+    } else if (abort_reason.empty()) {
+      abort_reason = reason;
+    }
+  }
+
+  Output poll() override {
+    Output o;
+    std::string text;
+    try {
+      text = drain_events();
+    } catch (const std::exception& e) {
+      // Nothing the model emits may end the process: this answer ends with an error.
+      handle->cancel();
+      handle->set_listener(nullptr);
+      done = true;
+      failure = std::string("generation failed: ") + e.what();
+      text = req.stream ? writer->stream_error(failure) : std::string();
+    }
+    if (req.stream) {
+      if (!head_given) {
+        head_given = true;
+        o.head = HttpResponse{200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, {}};
+        o.streamed = true;
+      }
+      o.data = std::move(text);
+    } else if (done) {
+      // A whole answer goes out at the end, with the status that says how it went.
+      if (!abort_reason.empty()) o.head = json_response(503, error_body(req.kind, 503, "server_error", abort_reason, ""));
+      else if (!failure.empty()) o.head = json_response(500, error_body(req.kind, 500, "server_error", failure, ""));
+      else o.head = json_response(200, writer->body());
+    }
+    if ((!failure.empty() || !abort_reason.empty()) && done && errors) {
+      ++*errors;
+      errors = nullptr;
+    }
+    o.finished = done;
+    return o;
+  }
+
+  static HttpResponse json_response(int status, const json& body) { return HttpResponse{status, "application/json", {}, body.dump()}; }
+
+  // Every event queued now, as wire text (streaming) or into the writer (whole answers).
+  std::string drain_events() {
     std::string out;
     if (!started) {
       started = true;
       out += writer->start(usage);
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    auto wait_ms = [&] {
-      if (!out.empty()) return 0;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      return int(std::max<int64_t>(0, left.count()));
-    };
     EngineEvent ev;
-    while (!done && std::chrono::steady_clock::now() < deadline && handle->next(ev, wait_ms())) {
+    while (!done && handle->next(ev, 0)) {
       if (ev.kind == EngineEvent::Kind::Token) {
         ++usage.completion_tokens;
         ReplyDelta d = decoder->feed(ev.token);
@@ -72,6 +111,12 @@ struct Job {
         ReplyDelta d = decoder->finish();
         saw_tool_calls |= !d.tool_calls.empty();
         out += writer->delta(d);
+        if (ev.finish == FinishReason::Cancelled && !abort_reason.empty()) {
+          // Cut short by the server: the client reads why (an error event; [DONE] for OpenAI).
+          out += writer->stream_error(abort_reason);
+          done = true;
+          break;
+        }
         EndReason why = ev.finish == FinishReason::Length || ev.finish == FinishReason::ContextFull ? EndReason::Length
                         : ev.finish == FinishReason::Cancelled                                        ? EndReason::Cancelled
                                                                                                        : EndReason::Eos;
@@ -81,11 +126,12 @@ struct Job {
         }
         out += end(why);
       } else {
-        out += writer->stream_error(ev.error);
-        failure = ev.error;
+        failure = "generation failed: " + ev.error;
+        out += writer->stream_error(failure);
         done = true;
       }
     }
+    if (done) handle->set_listener(nullptr);
     return out;
   }
 
@@ -95,7 +141,6 @@ struct Job {
     done = true;
     return writer->finish(why, stop_sequence, usage);
   }
-  std::string stop_sequence;
 };
 
 }  // namespace
@@ -104,17 +149,44 @@ struct Server::Impl {
   Engine& engine;
   const TextSide& text;
   ServerOptions opt;
-  httplib::Server http;
+  HttpServer http;
   std::atomic<int64_t> next_id{1};
-  std::atomic<int64_t> http_requests{0}, http_errors{0}, disconnects{0};
+  std::atomic<int64_t> http_requests{0}, http_errors{0};
 
-  Impl(Engine& e, const TextSide& t, ServerOptions o) : engine(e), text(t), opt(std::move(o)) {}
+  Impl(Engine& e, const TextSide& t, ServerOptions o)
+      : engine(e), text(t), opt(std::move(o)), http(http_options(opt), [this](const HttpRequest* req, int status, const std::string& msg) {
+          return error_response(req, status, msg);
+        }) {}
 
-  void send_error(httplib::Response& res, ApiKind kind, int status, const std::string& type, const std::string& msg,
-                  const std::string& param = {}) {
+  static HttpServerOptions http_options(const ServerOptions& o) {
+    HttpServerOptions h = o.http;
+    h.host = o.host;
+    h.port = o.port;
+    h.max_body_bytes = o.max_body_bytes;
+    return h;
+  }
+
+  static ApiKind kind_of(const HttpRequest* req) {
+    return req && req->path == "/v1/messages" ? ApiKind::AnthropicMessages : ApiKind::ChatCompletions;
+  }
+
+  static const char* error_type(int status) {
+    switch (status) {
+      case 401: return "authentication_error";
+      case 404: return "not_found_error";
+      case 500: return "server_error";
+      case 503: return "server_error";
+      default: return "invalid_request_error";
+    }
+  }
+
+  HttpResponse error_response(const HttpRequest* req, int status, const std::string& msg, const std::string& param = {},
+                              const char* type = nullptr) {
     ++http_errors;
-    res.status = status;
-    res.set_content(error_body(kind, status, type, msg, param).dump(), "application/json");
+    std::string message = msg;
+    if (status == 404 && req && message.rfind("no such endpoint", 0) == 0)
+      message += " (endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models, /health, /metrics)";
+    return HttpResponse{status, "application/json", {}, error_body(kind_of(req), status, type ? type : error_type(status), message, param).dump()};
   }
 
   // Compares in time that depends on the lengths only, so response timing does not reveal how
@@ -125,23 +197,25 @@ struct Server::Impl {
     return diff == 0;
   }
 
-  bool authorized(const httplib::Request& req) const {
+  bool authorized(const HttpRequest& req) const {
     if (opt.api_key.empty()) return true;
-    const std::string auth = req.get_header_value("Authorization");
+    const std::string auth = req.header("Authorization");
     const bool bearer = auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), opt.api_key);
-    return same_secret(req.get_header_value("x-api-key"), opt.api_key) | bearer;
+    return same_secret(req.header("x-api-key"), opt.api_key) | bearer;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+  // Runs on a worker thread: parsing, rendering and image decoding take time a quick endpoint
+  // must not wait for.
+  HttpReply generate(const HttpRequest& http_req, ApiKind kind) {
     ++http_requests;
     try {
       // JSON only: a form or text/plain body is what a cross-site page can send without a CORS
       // preflight, so it is refused rather than parsed.
-      const std::string type = req.get_header_value("Content-Type");
+      const std::string type = http_req.header("Content-Type");
       if (type.rfind("application/json", 0) != 0)
         throw ApiError(415, "invalid_request_error",
                        "Content-Type must be application/json" + (type.empty() ? std::string() : " (got " + type + ")"));
-      nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+      nlohmann::ordered_json body = nlohmann::ordered_json::parse(http_req.body, nullptr, false);
       if (body.is_discarded()) throw bad_request("the request body is not valid JSON");
       ApiRequest r = kind == ApiKind::ChatCompletions ? parse_chat_completions(body, opt.defaults)
                      : kind == ApiKind::Completions   ? parse_completions(body, opt.defaults)
@@ -151,6 +225,7 @@ struct Server::Impl {
                                                    opt.model_name + "\"", "model");
       auto job = std::make_shared<Job>();
       job->req = r;
+      job->errors = &http_errors;
       job->prompt = text.render(r);
       std::vector<RgbImage> images = decode_images(job->prompt);
       const int64_t ctx = engine.options().max_context;
@@ -171,67 +246,20 @@ struct Server::Impl {
       er.sampling = r.sampling;
       er.max_tokens = r.max_tokens < 0 ? ctx - n_prompt : std::min(r.max_tokens, ctx - n_prompt);
       er.stop_ids = text.stop_ids();
+      er.arrived = http_req.arrived;
       job->decoder = text.reply_decoder(r);
       job->usage.prompt_tokens = n_prompt;
       const std::string prefix = kind == ApiKind::ChatCompletions ? "chatcmpl-" : kind == ApiKind::Completions ? "cmpl-" : "msg_";
-      job->writer = make_response_writer(r, prefix + std::to_string(unix_now()) + "-" + std::to_string(next_id++),
-                                         opt.model_name, unix_now());
+      const std::string id = prefix + std::to_string(unix_now()) + "-" + std::to_string(next_id++);
+      job->writer = make_response_writer(r, id, opt.model_name, unix_now());
+      er.label = id;
       job->handle = engine.submit(std::move(er));
-      const bool stream = r.stream;
-      // Both kinds are sent chunked so that a client that goes away is noticed (a failed write)
-      // and its generation cancelled; a non-streamed answer sends JSON-insignificant spaces while
-      // it waits.
-      res.set_chunked_content_provider(
-          stream ? "text/event-stream" : "application/json",
-          [this, job, stream](size_t, httplib::DataSink& sink) {
-            auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
-            if (!job->done) {
-              std::string out;
-              try {
-                out = job->pump(stream ? 100 : kKeepAliveMs);
-                if (!stream) {
-                  // A space at least every kKeepAliveMs while the answer is made: a client that
-                  // went away makes a write fail within two of them, and its generation is
-                  // cancelled (a space only when no event came would never be written while
-                  // tokens flow).
-                  const auto now = std::chrono::steady_clock::now();
-                  // An engine failure is an error body (the status line has gone out as 200).
-                  out = job->done && !job->failure.empty()
-                            ? error_body(job->req.kind, 500, "server_error", "generation failed: " + job->failure, "").dump()
-                        : job->done ? job->writer->body().dump()
-                        : now - job->last_sent >= std::chrono::milliseconds(kKeepAliveMs) ? " " : "";
-                }
-              } catch (const std::exception& e) {
-                // Nothing the model emits may end the process: this request ends with an error
-                // (the status line has gone out: an error event, or an error body).
-                job->handle->cancel();
-                job->done = true;
-                ++http_errors;
-                const std::string msg = std::string("generation failed: ") + e.what();
-                out = stream ? job->writer->stream_error(msg)
-                             : error_body(job->req.kind, 500, "server_error", msg, "").dump();
-              }
-              if (!write(out)) {
-                job->handle->cancel();
-                ++disconnects;
-                return false;
-              }
-              if (!out.empty()) job->last_sent = std::chrono::steady_clock::now();
-              if (!job->done) return true;
-            }
-            sink.done();
-            return true;
-          },
-          [job](bool) { job->handle->cancel(); });
-      if (stream) {
-        res.set_header("Cache-Control", "no-cache");
-        res.set_header("X-Accel-Buffering", "no");
-      }
+      return std::shared_ptr<HttpResponder>(job);
     } catch (const ApiError& e) {
-      send_error(res, kind, e.status, e.type, e.what(), e.param);
+      return error_response(&http_req, e.status, e.what(), e.param, e.type.c_str());
     } catch (const Error& e) {
       // Engine/encoder validation (bad prompt content, context) is the client's problem.
-      send_error(res, kind, 400, "invalid_request_error", e.what());
+      return error_response(&http_req, 400, e.what(), {}, "invalid_request_error");
     }
   }
 
@@ -270,7 +298,14 @@ struct Server::Impl {
     };
     counter("ds41_http_requests_total", "Generation requests received", http_requests);
     counter("ds41_http_errors_total", "Requests answered with an error status", http_errors);
-    counter("ds41_client_disconnects_total", "Generations cancelled because the client went away", disconnects);
+    const HttpServerStats hs = http.stats();
+    counter("ds41_client_disconnects_total", "Answers cancelled because the client went away", hs.disconnects);
+    counter("ds41_http_connections_total", "Connections accepted", hs.connections);
+    counter("ds41_http_open_connections", "Connections open", hs.open_connections, "gauge");
+    counter("ds41_http_refused_connections_total", "Connections refused at the connection limit", hs.refused_connections);
+    counter("ds41_http_evicted_connections_total", "Connections waiting for a request closed to make room", hs.evicted_connections);
+    counter("ds41_http_protocol_errors_total", "Malformed, oversized or ill-framed requests", hs.protocol_errors);
+    counter("ds41_http_request_timeouts_total", "Requests not received within the request timeout", hs.timeouts);
     counter("ds41_requests_total", "Requests queued in the engine", m.requests);
     counter("ds41_requests_finished_total", "Requests that finished", m.requests_finished);
     counter("ds41_requests_cancelled_total", "Requests cancelled", m.requests_cancelled);
@@ -300,87 +335,35 @@ struct Server::Impl {
       o << name << "_bucket{le=\"+Inf\"} " << counts[EngineMetrics::kBuckets] << "\n";
       o << name << "_sum " << sum << "\n" << name << "_count " << n << "\n";
     };
-    histogram("ds41_time_to_first_token_seconds", "Submission to first token", m.ttft_counts, m.ttft_sum, m.ttft_n);
+    histogram("ds41_time_to_first_token_seconds", "Arrival of the request to its first token", m.ttft_counts, m.ttft_sum, m.ttft_n);
     histogram("ds41_time_per_output_token_seconds", "Time between consecutive tokens", m.tpot_counts, m.tpot_sum, m.tpot_n);
     return o.str();
   }
 
-  // The listening socket, seen through httplib's socket-options hook (the last one it configured
-  // is the one that got bound).
-  int listen_fd = -1;
-  void widen_backlog() const;
-
   void setup() {
-    // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server
-    // bind the same port silently instead of failing with "address in use".
-    http.set_socket_options([this](int fd) {
-      int yes = 1;
-      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-      listen_fd = fd;
+    http.set_gate([this](const HttpRequest& req) -> std::optional<HttpResponse> {
+      if (req.path.rfind("/v1/", 0) == 0 && !authorized(req))
+        return error_response(&req, 401, "missing or wrong API key (Authorization: Bearer <key>)");
+      return std::nullopt;
     });
-    http.new_task_queue = [n = opt.http_threads] { return new httplib::ThreadPool(size_t(n)); };
-    http.set_payload_max_length(size_t(opt.max_body_bytes));
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
-        const ApiKind kind = req.path == "/v1/messages" ? ApiKind::AnthropicMessages : ApiKind::ChatCompletions;
-        send_error(res, kind, 401, "authentication_error", "missing or wrong API key (Authorization: Bearer <key>)");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, ApiKind::ChatCompletions); });
-    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, ApiKind::Completions); });
-    http.Post("/v1/messages", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, ApiKind::AnthropicMessages); });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const std::pair<const char*, ApiKind> generators[] = {
+        {"/v1/chat/completions", ApiKind::ChatCompletions}, {"/v1/completions", ApiKind::Completions}, {"/v1/messages", ApiKind::AnthropicMessages}};
+    for (const auto& [path, kind] : generators)
+      http.route("POST", path, [this, kind = kind](const HttpRequest& q) { return generate(q, kind); }, /*blocking=*/true);
+    http.route("GET", "/v1/models", [this](const HttpRequest&) -> HttpReply {
       json m = {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ds41"},
                 {"max_model_len", engine.options().max_context}};
-      res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+      return HttpResponse{200, "application/json", {}, json{{"object", "list"}, {"data", json::array({m})}}.dump()};
     });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    http.route("GET", "/health", [this](const HttpRequest&) -> HttpReply {
       const EngineMetrics& m = engine.metrics();
-      res.set_content(json{{"status", "ok"}, {"model", opt.model_name}, {"active", m.active.load()}, {"waiting", m.waiting.load()}}.dump(),
-                      "application/json");
+      const bool draining = http.draining();
+      return HttpResponse{draining ? 503 : 200, "application/json", {},
+                          json{{"status", draining ? "draining" : "ok"}, {"model", opt.model_name}, {"active", m.active.load()},
+                               {"waiting", m.waiting.load()}}.dump()};
     });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_text(), "text/plain; version=0.0.4");
-    });
-    // A known path with another method: 405 with the methods it has.
-    auto wrong_method = [this](const char* allow) {
-      return [this, allow](const httplib::Request& req, httplib::Response& res) {
-        const ApiKind kind = req.path == "/v1/messages" ? ApiKind::AnthropicMessages : ApiKind::ChatCompletions;
-        send_error(res, kind, 405, "invalid_request_error", req.method + " is not allowed on " + req.path + " (use " + allow + ")");
-        res.set_header("Allow", allow);
-      };
-    };
-    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/messages"}) {
-      http.Get(path, wrong_method("POST"));
-      http.Put(path, wrong_method("POST"));
-      http.Delete(path, wrong_method("POST"));
-      http.Patch(path, wrong_method("POST"));
-    }
-    for (const char* path : {"/v1/models", "/health", "/metrics"}) {
-      http.Post(path, wrong_method("GET"));
-      http.Put(path, wrong_method("GET"));
-      http.Delete(path, wrong_method("GET"));
-      http.Patch(path, wrong_method("GET"));
-    }
-    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      const ApiKind kind = req.path == "/v1/messages" ? ApiKind::AnthropicMessages : ApiKind::ChatCompletions;
-      if (res.status == 404) send_error(res, kind, 404, "not_found_error", "no such endpoint: " + req.method + " " + req.path + " (endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models, /health, /metrics)");
-      else if (res.status == 413) send_error(res, kind, 413, "invalid_request_error", "the request body is too large");
-      else send_error(res, kind, res.status, "invalid_request_error", "bad request");
-    });
-    http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      const ApiKind kind = req.path == "/v1/messages" ? ApiKind::AnthropicMessages : ApiKind::ChatCompletions;
-      send_error(res, kind, 500, "server_error", what);
+    http.route("GET", "/metrics", [this](const HttpRequest&) -> HttpReply {
+      return HttpResponse{200, "text/plain; version=0.0.4", {}, metrics_text()};
     });
   }
 };
@@ -391,30 +374,28 @@ Server::Server(Engine& engine, const TextSide& text, ServerOptions opt) : impl_(
 
 Server::~Server() = default;
 
-// Debian's libcpp-httplib is compiled with a listen backlog of 5: a burst of clients overflows the
-// accept queue and the kernel drops their handshakes (clients then fail or stall a second).
-// listen() on a listening socket only updates its backlog.
-void Server::Impl::widen_backlog() const {
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-}
+bool Server::bind(std::string& error) { return impl_->http.bind(error); }
 
-bool Server::bind(std::string& error) {
-  if (!impl_->http.bind_to_port(impl_->opt.host, impl_->opt.port)) {
-    error = "cannot listen on " + impl_->opt.host + ":" + std::to_string(impl_->opt.port) + " (address in use or not available)";
-    return false;
-  }
-  impl_->widen_backlog();
+bool Server::listen(std::string& error) {
+  if (!bind(error)) return false;
+  impl_->http.run();
   return true;
 }
 
-bool Server::listen(std::string& error) { return bind(error) && impl_->http.listen_after_bind(); }
-
 int Server::bind_any_port() {
-  const int port = impl_->http.bind_to_any_port(impl_->opt.host);
-  if (port > 0) impl_->widen_backlog();
-  return port;
+  std::string error;
+  return impl_->http.bind(error, 0) ? impl_->http.port() : -1;
 }
-bool Server::listen_after_bind() { return impl_->http.listen_after_bind(); }
+
+int Server::port() const { return impl_->http.port(); }
+
+bool Server::listen_after_bind() {
+  impl_->http.run();
+  return true;
+}
+
+void Server::drain(std::chrono::milliseconds grace) { impl_->http.drain(grace); }
+
 void Server::stop() { impl_->http.stop(); }
 
 }  // namespace ds41

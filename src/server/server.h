@@ -1,13 +1,15 @@
-// `ds41 serve`: the HTTP front end (cpp-httplib) over the engine — OpenAI chat completions and
+// `ds41 serve`: the API over the HTTP front end (server/http_server.h) and the engine — OpenAI chat completions and
 // completions, Anthropic messages, model list, health and Prometheus metrics.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "server/api_request.h"
+#include "server/http_server.h"
 
 namespace ds41 {
 
@@ -21,7 +23,7 @@ struct ServerOptions {
   std::string model_name;  // what /v1/models lists and responses carry
   ApiDefaults defaults;
   int64_t max_body_bytes = int64_t(64) << 20;
-  int http_threads = 64;   // connections handled concurrently (each waits on its own request)
+  HttpServerOptions http;  // limits and threads of the HTTP layer (its host, port and body limit are the above)
 };
 
 class Server {
@@ -36,6 +38,10 @@ class Server {
   // Binds to an ephemeral port first (for tests): returns the port, or -1.
   int bind_any_port();
   bool listen_after_bind();
+  int port() const;
+  // Stops accepting; answers in progress may finish within `grace`, then end with an error the
+  // client can read ("the server is shutting down"); listen() returns when all are closed.
+  void drain(std::chrono::milliseconds grace);
   void stop();
 
  private:

@@ -17,7 +17,7 @@ import time
 
 
 def main():
-    ds41, shared = sys.argv[1], sys.argv[2]
+    ds41, shared = sys.argv[1], os.environ.get("DS41_SHARED_DIR", sys.argv[2])
     tokenizer = os.path.join(shared, "assets", "deepseek_v3_tokenizer", "tokenizer.json")
     try:
         import openai

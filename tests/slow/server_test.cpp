@@ -1,4 +1,4 @@
-// `ds41 serve` over real HTTP on loopback (cpp-httplib's client): every endpoint, streaming,
+// `ds41 serve` over real HTTP on loopback (a Beast client, tests/http_test_client.h): every endpoint, streaming,
 // the malformed-request suite, concurrency with batch-independent outputs, the prefix cache and
 // client disconnects. The model is the tiny preset with the DeepSeek-V3 tokenizer copied in.
 #include <gtest/gtest.h>
@@ -6,7 +6,6 @@
 #include <chrono>
 #include <fstream>
 #include <future>
-#include <httplib.h>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +23,7 @@
 #include "text/tokenizer.h"
 #include "vision/image_decode.h"
 #include "vision/image_prompt.h"
+#include "http_test_client.h"
 #include "test_paths.h"
 #include "test_tokenizer_files.h"
 
@@ -79,14 +79,9 @@ class ServerTest : public ::testing::Test {
   void SetUp() override {
     if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
   }
-  static httplib::Client client() {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_bearer_token_auth("sekrit");
-    c.set_read_timeout(120, 0);
-    return c;
-  }
-  static httplib::Result post(const std::string& path, const std::string& body) {
-    return client().Post(path.c_str(), body, "application/json");
+  static test::HttpTestClient client() { return test::HttpTestClient(port_, "sekrit"); }
+  static test::HttpResult post(const std::string& path, const std::string& body) {
+    return client().Post(path, body, "application/json");
   }
   static json chat_body(const std::string& user, int max_tokens, bool stream = false) {
     return {{"model", "tiny"},
@@ -141,7 +136,7 @@ TEST_F(ServerTest, ModelsHealthAndAuth) {
   ASSERT_TRUE(m);
   ASSERT_EQ(m->status, 200);
   EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
-  httplib::Client anon("127.0.0.1", port_);
+  test::HttpTestClient anon(port_);
   auto denied = anon.Get("/v1/models");
   ASSERT_TRUE(denied);
   EXPECT_EQ(denied->status, 401);
@@ -265,7 +260,7 @@ TEST_F(ServerTest, ConcurrentStreamsMatchTheSameRequestAlone) {
   for (int i = 0; i < n; ++i)
     futures.push_back(std::async(std::launch::async, [i] {
       auto r = post("/v1/chat/completions", chat_body("Question " + std::to_string(i % 4), 8, true).dump());
-      if (!r) return std::pair<std::string, bool>{"<failed: " + httplib::to_string(r.error()) + ">", false};
+      if (!r) return std::pair<std::string, bool>{"<failed: " + r.error + ">", false};
       if (r->status != 200) return std::pair<std::string, bool>{"<status " + std::to_string(r->status) + ": " + r->body + ">", false};
       return stream_content(r->body);
     }));
@@ -294,7 +289,7 @@ TEST_F(ServerTest, SampledStreamsOnAPaddedVocabularyAllComplete) {
       body["temperature"] = 1.0;
       body["seed"] = i;
       auto r = post("/v1/chat/completions", body.dump());
-      if (!r) return std::pair<std::string, bool>{"<failed: " + httplib::to_string(r.error()) + ">", false};
+      if (!r) return std::pair<std::string, bool>{"<failed: " + r.error + ">", false};
       if (r->status != 200) return std::pair<std::string, bool>{"<status " + std::to_string(r->status) + ">", false};
       return stream_content(r->body);
     }));
@@ -563,16 +558,9 @@ TEST_F(ServerTest, PrefixCacheReusesASharedSystemPrompt) {
 TEST_F(ServerTest, ClientDisconnectCancelsTheGeneration) {
   const int64_t cancelled_before = engine_->metrics().requests_cancelled;
   {
-    httplib::Client c = client();
     int chunks = 0;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/chat/completions";
-    req.headers = {{"Authorization", "Bearer sekrit"}};
-    req.body = chat_body("Tell me a long story", 500, true).dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // hang up
-    c.send(req);
+    client().send("POST", "/v1/chat/completions", chat_body("Tell me a long story", 500, true).dump(), "application/json",
+                  [&](const std::string&) { return ++chunks < 3; });  // hang up
   }
   for (int i = 0; i < 200 && engine_->metrics().requests_cancelled == cancelled_before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -585,17 +573,8 @@ TEST_F(ServerTest, ClientDisconnectCancelsTheGeneration) {
 TEST_F(ServerTest, NonStreamedClientDisconnectCancelsTheGeneration) {
   const int64_t cancelled_before = engine_->metrics().requests_cancelled;
   const int64_t generated_before = engine_->metrics().generated_tokens;
-  {
-    httplib::Client c = client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/chat/completions";
-    req.headers = {{"Authorization", "Bearer sekrit"}};
-    req.body = chat_body("Tell me a long story", 900).dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return false; };  // hang up at the first bytes
-    c.send(req);
-  }
+  // Hangs up after 200 ms without having received anything (the answer comes whole, at the end).
+  client().send_and_hang_up("/v1/chat/completions", chat_body("Tell me a long story", 900).dump(), 200);
   for (int i = 0; i < 100 && engine_->metrics().requests_cancelled == cancelled_before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_GT(engine_->metrics().requests_cancelled, cancelled_before);
@@ -623,7 +602,7 @@ TEST_F(ServerTest, WrongMethodMediaTypeAndInjectedTurnsAreRefusedOrDefused) {
   auto zero = post("/v1/chat/completions", chat_body("hi", 0).dump());
   ASSERT_TRUE(zero);
   EXPECT_EQ(zero->status, 400) << zero->body;
-  auto wrong_key = httplib::Client("127.0.0.1", port_).Post("/v1/chat/completions", chat_body("hi", 2).dump(), "application/json");
+  auto wrong_key = test::HttpTestClient(port_, "guess").Post("/v1/chat/completions", chat_body("hi", 2).dump(), "application/json");
   ASSERT_TRUE(wrong_key);
   EXPECT_EQ(wrong_key->status, 401);
 
