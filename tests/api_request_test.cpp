@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/api_error.h"
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 
 namespace ds41 {
 namespace {

@@ -1,7 +1,7 @@
 // The prefix cache's disk tier: entries evicted from memory are written as exact session files and
 // come back bit-identical (state compared field by field), a restarted cache finds them again, a
 // damaged file is dropped (a miss, never a crash), and the disk bound evicts the oldest.
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "runtime/prefill_compare.h"
+#include "devtools/prefill_compare.h"
 #include "runtime/session.h"
 #include "state_compare.h"
 #include "tiny_model.h"

@@ -19,7 +19,7 @@
 #include "kernels/simd_level.h"
 #include "model/head_screen.h"
 #include "model/weights.h"
-#include "runtime/bench.h"
+#include "devtools/bench.h"
 
 namespace ds41::cli {
 

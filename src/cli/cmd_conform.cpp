@@ -8,7 +8,7 @@
 #include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "runtime/conformance.h"
+#include "devtools/conformance.h"
 
 namespace ds41::cli {
 

@@ -13,7 +13,7 @@
 #include "model/engram_hash.h"
 #include "model/model.h"
 #include "base/thread_pool.h"
-#include "runtime/engram_bench.h"
+#include "devtools/engram_bench.h"
 
 namespace ds41::cli {
 

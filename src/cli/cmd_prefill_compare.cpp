@@ -13,7 +13,7 @@
 #include "cli/commands.h"
 #include "cli/model_files.h"
 #include "model/model.h"
-#include "runtime/prefill_compare.h"
+#include "devtools/prefill_compare.h"
 
 namespace ds41::cli {
 

@@ -15,7 +15,7 @@
 #include "cli/progress.h"
 #include "cli/sampling_args.h"
 #include "model/model.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
 #include "server/server.h"
 #include "server/text_side.h"
 #include "text/tokenizer.h"

@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "server/api_error.h"
 #include "server/data_url.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
 #include "server/http_server.h"
 #include "server/response_writer.h"
 #include "server/text_side.h"

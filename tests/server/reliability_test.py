@@ -464,21 +464,32 @@ def test_prefix_cache_files(model, report):
 
 
 def test_sigterm_drain(model, report):
-    srv = Server(model, "--drain-timeout", "1")
-    bodies = {}
+    srv = Server(model, "--drain-timeout", "3")
+    bodies, started = {}, {"long": threading.Event(), "short": threading.Event()}
 
-    def stream(key, n):
+    def stream(key, body):
         try:
-            bodies[key] = http("POST", "/v1/chat/completions", chat("Go on", n, True), port=srv.port, timeout=60)
+            c = Conn(srv.port, 60)
+            payload = json.dumps(body).encode()
+            c.sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
+            c.pending = c.sock.recv(65536)  # the head and the first chunk: the answer is under way
+            started[key].set()
+            bodies[key] = read_response(c, 60)
+            c.close()
         except OSError as e:
             bodies[key] = e
+            started[key].set()
 
-    long_one = threading.Thread(target=stream, args=("long", 100000))
-    short_one = threading.Thread(target=stream, args=("short", 3))
+    # The long answer cannot end within the grace period: nucleus sampling over a random model's
+    # flat distribution sorts the whole vocabulary at every token (tens of ms each), and the
+    # context allows thousands. The short one needs two more tokens once it has started.
+    long_one = threading.Thread(target=stream, args=("long", chat("Go on", 100000, True, temperature=1, top_p=0.999, seed=1)))
+    short_one = threading.Thread(target=stream, args=("short", chat("Go on", 3, True)))
     long_one.start()
-    time.sleep(0.5)
+    started["long"].wait(30)
     short_one.start()
-    time.sleep(0.2)
+    started["short"].wait(30)
     t0 = time.time()
     srv.proc.send_signal(signal.SIGTERM)
     code = srv.proc.wait(timeout=30)

@@ -20,7 +20,7 @@
 #include "base/error.h"
 #include "io/safetensors.h"
 #include "kernels/gemm.h"
-#include "runtime/bench.h"
+#include "devtools/bench.h"
 #include "test_paths.h"
 #include "../tiny_model.h"
 #include "test_command.h"

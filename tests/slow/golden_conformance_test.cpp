@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
-#include "runtime/conformance.h"
+#include "devtools/conformance.h"
 #include "test_paths.h"
 
 namespace ds41 {

@@ -15,7 +15,7 @@
 #include "model/model.h"
 #include "model/presets.h"
 #include "model/random_checkpoint.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
 #include "server/server.h"
 #include "server/text_side.h"
 #include "server/api_request.h"

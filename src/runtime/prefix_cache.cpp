@@ -1,4 +1,4 @@
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "runtime/engram_bench.h"
+#include "devtools/engram_bench.h"
 
 #include <chrono>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "server/engine.h"
+#include "runtime/engine.h"
 
 #include <chrono>
 #include <cstdio>

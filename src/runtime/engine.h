@@ -22,7 +22,7 @@
 #include "model/model.h"
 #include "runtime/generation.h"
 #include "runtime/sampler.h"
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 #include "vision/image_decode.h"
 
 namespace ds41 {

@@ -1,4 +1,4 @@
-#include "runtime/conformance.h"
+#include "devtools/conformance.h"
 
 #include <algorithm>
 #include <array>
@@ -17,7 +17,7 @@
 #include "io/safetensors_writer.h"
 #include "kernels/numeric_formats.h"
 #include "model/model.h"
-#include "runtime/conformance_vision.h"
+#include "devtools/conformance_vision.h"
 
 namespace ds41 {
 

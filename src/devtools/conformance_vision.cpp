@@ -1,4 +1,4 @@
-#include "runtime/conformance_vision.h"
+#include "devtools/conformance_vision.h"
 
 #include <algorithm>
 #include <cmath>

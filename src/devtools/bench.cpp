@@ -1,4 +1,4 @@
-#include "runtime/bench.h"
+#include "devtools/bench.h"
 
 #include <algorithm>
 #include <chrono>

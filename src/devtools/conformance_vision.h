@@ -18,7 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/model.h"
-#include "runtime/conformance.h"
+#include "devtools/conformance.h"
 
 namespace ds41 {
 

@@ -1,4 +1,4 @@
-#include "runtime/prefill_compare.h"
+#include "devtools/prefill_compare.h"
 
 #include <stdlib.h>
 #include <time.h>
