@@ -43,43 +43,18 @@ namespace ds41::simd::avx512 {
 #include "kernels/simd_peak.inc"
 #include "kernels/simd_int8.inc"
 #include "kernels/simd_softmax.inc"
+#include "kernels/simd_kernel_table.inc"
 #include "kernels/simd_fp8_decode.inc"
 #include "kernels/simd_amx.inc"
 #include "kernels/simd_draw.inc"
 
 extern const KernelTable kTable, kTableVbmi, kTableAmx;
-constexpr KernelTable kTable = {
-    .level = DS41_SIMD_LEVEL,
-    .dense_bf16w = dense_bf16w,
-    .dense_f32w = dense_f32w,
-    .dense_packed_bf16 = dense_packed_bf16,
-    .fp8 = fp8_kernel,
-    .fp4 = fp4_kernel,
-    .act_quant_row = act_quant_row_simd,
-    .prepare_fp8_row = prepare_fp8_row,
-    .prepare_fp4_row = prepare_fp4_row,
-    .sparse_attention_row = sparse_attention_row_simd,
-    .indexer_scores = indexer_scores_simd,
-    .indexer_scores_mxfp4 = indexer_scores_mxfp4_simd,
-    .hc_mix_dots = hc_mix_dots_simd,
-    .fma_peak = fma_peak_simd,
-    .mxfp4_dequant_row = mxfp4_dequant_row_simd,
-    .nvfp4_dequant_row = nvfp4_dequant_row_simd,
-    .fp8_dequant_row = fp8_dequant_row_simd,
-    .prepare_fp8_digits = nullptr,
-    .hc_post_columns = hc_post_simd,
-    .hc_pre_columns = hc_pre_simd,
-    .rmsnorm_apply = rmsnorm_apply_simd,
-    .int8_row_dots = int8_row_dots_simd,
-    .scaled_exp_sum = scaled_exp_sum_simd,
-    .exp_in_place = exp_in_place_simd,
-    .transpose_u16 = transpose_u16,
-    .int8_quantize_bf16_row = int8_quantize_bf16_row_simd,
-    .dense_packed_fp8 = dense_packed_fp8,
-    .prepare_fp8_amx = nullptr,
-    .gumbel_argmax = gumbel_argmax_simd,
-    .fp4_decode_runs = true,
-};
+constexpr KernelTable kTable = [] {
+  KernelTable t = common_kernel_table();
+  t.gumbel_argmax = gumbel_argmax_simd;  // 64-bit lane multiplies
+  t.fp4_decode_runs = true;              // the 16-row side-by-side FP4 decode
+  return t;
+}();
 // The same kernels plus VBMI for the FP8 decode product (simd_fp8_decode.inc).
 constexpr KernelTable kTableVbmi = [] {
   KernelTable t = kTable;
