@@ -1,17 +1,9 @@
 // Packed weight layouts of the linear layers (gemm.h: PackedBf16Matrix, PackedFp8Matrix, the
 // lane-ordered rows16 copies) and their products. Split from gemm.cpp; the same rules hold.
 //
-// No fused multiply-add anywhere in this file: the order in gemm.h rounds every product to fp32
-// before it is added, as the reference's fp32 accumulation does. GCC contracts a*b+c into an FMA
-// by default whenever the target has one (e.g. with DS41_NATIVE / -march=native), even in ISO
-// mode, and clang does so inside an expression; the pragmas below switch that off for this
-// translation unit, so the fast path and its twin stay bit-identical on every target. They come
-// before the includes so that inline helpers from headers are compiled under the same setting.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// No fused multiply-add here either (gemm.cpp says why): the pragma comes first, so that inline
+// helpers from the headers below are compiled under it too.
+#include "base/fp_contract_off.h"  // first, on purpose
 
 #include "kernels/gemm.h"
 
