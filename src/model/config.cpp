@@ -9,6 +9,9 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -110,94 +113,154 @@ class FieldReader {
   std::string label_, prefix_;
 };
 
+// Every hyperparameter once. Its key in inference/config.json is its member name; `flags` say
+// whether config_to_flat_json writes it (that JSON feeds the session fingerprint, so this set is
+// frozen) and whether it is a model field (differences_in_model_fields); `hf` and `hf_key` place
+// it in the HF config.json (Root, text_config, vision_config, text_config.rope_scaling; None:
+// not there, or read by hand: dtype and expert_dtype come from quantization_config).
+using Member = std::variant<int ModelConfig::*, int64_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
+                            std::string ModelConfig::*, std::vector<int> ModelConfig::*,
+                            std::vector<int64_t> ModelConfig::*, std::optional<double> ModelConfig::*>;
+enum class Hf { None, Root, Text, Vision, RopeScaling };
+enum FieldFlags : unsigned { kFlatOut = 1, kModel = 2 };
+struct ConfigField {
+  const char* name;
+  Member member;
+  unsigned flags;
+  Hf hf;
+  const char* hf_key;
+};
+
+const std::vector<ConfigField>& config_fields() {
+#define DS41_FIELD(m, flags, hf, hf_key) ConfigField{#m, &ModelConfig::m, unsigned(flags), Hf::hf, hf_key}
+  static const std::vector<ConfigField> fields = {
+      DS41_FIELD(vocab_size, kFlatOut | kModel, Text, "vocab_size"),
+      DS41_FIELD(dim, kFlatOut | kModel, Text, "hidden_size"),
+      DS41_FIELD(moe_inter_dim, kFlatOut | kModel, Text, "moe_intermediate_size"),
+      DS41_FIELD(n_layers, kFlatOut | kModel, Text, "num_hidden_layers"),
+      DS41_FIELD(n_mtp_layers, kFlatOut | kModel, Text, "num_nextn_predict_layers"),
+      DS41_FIELD(n_heads, kFlatOut | kModel, Text, "num_attention_heads"),
+      DS41_FIELD(n_routed_experts, kFlatOut | kModel, Text, "n_routed_experts"),
+      DS41_FIELD(n_shared_experts, kFlatOut | kModel, Text, "n_shared_experts"),
+      DS41_FIELD(n_activated_experts, kFlatOut | kModel, Text, "num_experts_per_tok"),
+      DS41_FIELD(score_func, kFlatOut | kModel, Text, "scoring_func"),
+      DS41_FIELD(gate_temp, kModel, None, nullptr),
+      DS41_FIELD(norm_topk_prob, kModel, Text, "norm_topk_prob"),
+      DS41_FIELD(route_scale, kFlatOut | kModel, Text, "routed_scaling_factor"),
+      DS41_FIELD(swiglu_limit, kFlatOut | kModel, Text, "swiglu_limit"),
+      DS41_FIELD(q_lora_rank, kFlatOut | kModel, Text, "q_lora_rank"),
+      DS41_FIELD(head_dim, kFlatOut | kModel, Text, "head_dim"),
+      DS41_FIELD(rope_head_dim, kFlatOut | kModel, Text, "qk_rope_head_dim"),
+      DS41_FIELD(norm_eps, kFlatOut | kModel, Text, "rms_norm_eps"),
+      DS41_FIELD(o_groups, kFlatOut | kModel, Text, "o_groups"),
+      DS41_FIELD(o_lora_rank, kFlatOut | kModel, Text, "o_lora_rank"),
+      DS41_FIELD(window_size, kFlatOut | kModel, Text, "sliding_window"),
+      DS41_FIELD(compress_ratios, kFlatOut | kModel, Text, "compress_ratios"),
+      DS41_FIELD(kv_source_layers, kFlatOut | kModel, Text, "kv_source_layer_ids"),
+      DS41_FIELD(index_source_layers, kFlatOut | kModel, Text, "index_source_layer_ids"),
+      DS41_FIELD(compress_rope_theta, kFlatOut | kModel, Text, "compress_rope_theta"),
+      DS41_FIELD(original_seq_len, kFlatOut | kModel, RopeScaling, "original_max_position_embeddings"),
+      DS41_FIELD(rope_theta, kFlatOut | kModel, Text, "rope_theta"),
+      DS41_FIELD(rope_factor, kFlatOut | kModel, RopeScaling, "factor"),
+      DS41_FIELD(beta_fast, kFlatOut | kModel, RopeScaling, "beta_fast"),
+      DS41_FIELD(beta_slow, kFlatOut | kModel, RopeScaling, "beta_slow"),
+      DS41_FIELD(index_n_heads, kFlatOut | kModel, Text, "index_n_heads"),
+      DS41_FIELD(index_head_dim, kFlatOut | kModel, Text, "index_head_dim"),
+      DS41_FIELD(index_topk, kFlatOut | kModel, Text, "index_topk"),
+      DS41_FIELD(candidate_source_layer, kFlatOut | kModel, Text, "candidate_source_layer_id"),
+      DS41_FIELD(candidate_topk_blocks, kFlatOut | kModel, Text, "candidate_topk_blocks"),
+      DS41_FIELD(candidate_block_size, kFlatOut | kModel, Text, "candidate_block_size"),
+      DS41_FIELD(hc_mult, kFlatOut | kModel, Text, "hc_mult"),
+      DS41_FIELD(hc_sinkhorn_iters, kFlatOut | kModel, Text, "hc_sinkhorn_iters"),
+      DS41_FIELD(hc_eps, kFlatOut | kModel, Text, "hc_eps"),
+      DS41_FIELD(engram_layer_ids, kFlatOut | kModel, Text, "engram_layer_ids"),
+      DS41_FIELD(engram_num_embeddings, kFlatOut | kModel, Text, "engram_num_embeddings"),
+      DS41_FIELD(engram_max_ngram_size, kFlatOut | kModel, Text, "engram_max_ngram_size"),
+      DS41_FIELD(engram_vocab_size, kFlatOut | kModel, Text, "engram_vocab_size"),
+      DS41_FIELD(engram_n_heads, kFlatOut | kModel, Text, "engram_n_heads"),
+      DS41_FIELD(engram_head_dim, kFlatOut | kModel, Text, "engram_head_dim"),
+      DS41_FIELD(engram_pad_id, kFlatOut | kModel, Text, "engram_pad_token_id"),
+      DS41_FIELD(engram_compressed_vocab_size, kFlatOut | kModel, Text, "engram_compressed_vocab_size"),
+      DS41_FIELD(vision_n_layers, kFlatOut | kModel, Vision, "num_hidden_layers"),
+      DS41_FIELD(vision_dim, kFlatOut | kModel, Vision, "hidden_size"),
+      DS41_FIELD(vision_n_heads, kFlatOut | kModel, Vision, "num_attention_heads"),
+      DS41_FIELD(vision_inter_dim, kFlatOut | kModel, Vision, "intermediate_size"),
+      DS41_FIELD(vision_patch_size, kFlatOut | kModel, Vision, "patch_size"),
+      DS41_FIELD(vision_rope_theta, kFlatOut | kModel, Vision, "rope_theta"),
+      DS41_FIELD(vision_downsample_ratio, kFlatOut | kModel, Vision, "downsample_ratio"),
+      DS41_FIELD(vision_max_n_token, kFlatOut | kModel, Vision, "max_image_tokens"),
+      DS41_FIELD(vision_min_pixels, kFlatOut | kModel, Vision, "min_pixels"),
+      DS41_FIELD(vision_max_wh_ratio, kFlatOut | kModel, Vision, "max_wh_ratio"),
+      DS41_FIELD(image_token_id, kFlatOut | kModel, Root, "image_token_id"),
+      DS41_FIELD(dspark_block_size, kFlatOut | kModel, Text, "dspark_block_size"),
+      DS41_FIELD(dspark_noise_token_id, kFlatOut | kModel, Text, "dspark_noise_token_id"),
+      DS41_FIELD(dspark_target_layer_ids, kFlatOut | kModel, Text, "dspark_target_layer_ids"),
+      DS41_FIELD(dspark_markov_rank, kFlatOut | kModel, Text, "dspark_markov_rank"),
+      DS41_FIELD(dspark_n_routed_experts, kFlatOut | kModel, Text, "dspark_n_routed_experts"),
+      DS41_FIELD(dspark_n_activated_experts, kFlatOut | kModel, Text, "dspark_num_experts_per_tok"),
+      DS41_FIELD(dtype, kFlatOut | kModel, None, nullptr),
+      DS41_FIELD(expert_dtype, kFlatOut | kModel, None, nullptr),
+      DS41_FIELD(max_seq_len, kFlatOut, Text, "max_position_embeddings"),
+      DS41_FIELD(max_batch_size, 0, None, nullptr),
+      DS41_FIELD(temperature, 0, None, nullptr),
+      DS41_FIELD(bos_token_id, 0, Root, "bos_token_id"),
+      DS41_FIELD(eos_token_id, 0, Root, "eos_token_id"),
+      DS41_FIELD(pad_token_id, 0, Root, "pad_token_id"),
+  };
+#undef DS41_FIELD
+  return fields;
+}
+
+// Reads `key` of `r` into the field, as its type says.
+void read_field(const FieldReader& r, const char* key, const Member& member, ModelConfig& c) {
+  std::visit(
+      [&](auto m) {
+        using T = std::remove_cvref_t<decltype(c.*m)>;
+        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) r.integer(key, c.*m);
+        else if constexpr (std::is_same_v<T, double>) r.number(key, c.*m);
+        else if constexpr (std::is_same_v<T, bool>) r.boolean(key, c.*m);
+        else if constexpr (std::is_same_v<T, std::string>) r.string(key, c.*m);
+        else if constexpr (std::is_same_v<T, std::optional<double>>) r.optional_number(key, c.*m);
+        else r.int_list(key, c.*m);
+      },
+      member);
+}
+
+json field_json(const Member& member, const ModelConfig& c) {
+  return std::visit(
+      [&](auto m) -> json {
+        using T = std::remove_cvref_t<decltype(c.*m)>;
+        if constexpr (std::is_same_v<T, std::optional<double>>) return (c.*m) ? json(*(c.*m)) : json(nullptr);
+        else return json(c.*m);
+      },
+      member);
+}
+
+// Reads the fields placed in `section` of an HF config.json from `r`.
+void read_hf_section(const FieldReader& r, Hf section, ModelConfig& c) {
+  for (const ConfigField& f : config_fields())
+    if (f.hf == section) read_field(r, f.hf_key, f.member, c);
+}
+
+void write_hf_section(json& out, Hf section, const ModelConfig& c) {
+  for (const ConfigField& f : config_fields())
+    if (f.hf == section) out[f.hf_key] = field_json(f.member, c);
+}
+
 }  // namespace
 
 ModelConfig parse_flat_config(const json& j, const std::string& label) {
   ModelConfig c;
   FieldReader r(j, label, "");
-  r.integer("max_batch_size", c.max_batch_size);
-  r.integer("max_seq_len", c.max_seq_len);
-  r.number("temperature", c.temperature);
-  r.string("dtype", c.dtype);
-  if (j.contains("expert_dtype") && j.at("expert_dtype").is_null()) c.expert_dtype = "";
-  else r.string("expert_dtype", c.expert_dtype);
-  r.integer("vocab_size", c.vocab_size);
-  r.integer("dim", c.dim);
-  r.integer("moe_inter_dim", c.moe_inter_dim);
-  r.integer("n_layers", c.n_layers);
-  r.integer("n_mtp_layers", c.n_mtp_layers);
-  r.integer("n_heads", c.n_heads);
-  r.integer("n_routed_experts", c.n_routed_experts);
-  r.integer("n_shared_experts", c.n_shared_experts);
-  r.integer("n_activated_experts", c.n_activated_experts);
-  r.string("score_func", c.score_func);
-  r.number("gate_temp", c.gate_temp);
-  r.boolean("norm_topk_prob", c.norm_topk_prob);
-  r.number("route_scale", c.route_scale);
-  r.number("swiglu_limit", c.swiglu_limit);
-  r.integer("q_lora_rank", c.q_lora_rank);
-  r.integer("head_dim", c.head_dim);
-  r.integer("rope_head_dim", c.rope_head_dim);
-  r.number("norm_eps", c.norm_eps);
-  r.integer("o_groups", c.o_groups);
-  r.integer("o_lora_rank", c.o_lora_rank);
-  r.integer("window_size", c.window_size);
-  r.int_list("compress_ratios", c.compress_ratios);
-  r.int_list("kv_source_layers", c.kv_source_layers);
-  r.int_list("index_source_layers", c.index_source_layers);
-  r.number("compress_rope_theta", c.compress_rope_theta);
-  r.integer("original_seq_len", c.original_seq_len);
-  r.number("rope_theta", c.rope_theta);
-  r.number("rope_factor", c.rope_factor);
-  r.number("beta_fast", c.beta_fast);
-  r.number("beta_slow", c.beta_slow);
-  r.integer("index_n_heads", c.index_n_heads);
-  r.integer("index_head_dim", c.index_head_dim);
-  r.integer("index_topk", c.index_topk);
-  r.integer("candidate_source_layer", c.candidate_source_layer);
-  r.integer("candidate_topk_blocks", c.candidate_topk_blocks);
-  r.integer("candidate_block_size", c.candidate_block_size);
-  r.integer("hc_mult", c.hc_mult);
-  r.integer("hc_sinkhorn_iters", c.hc_sinkhorn_iters);
-  r.number("hc_eps", c.hc_eps);
-  r.int_list("engram_layer_ids", c.engram_layer_ids);
-  r.int_list("engram_num_embeddings", c.engram_num_embeddings);
-  r.integer("engram_max_ngram_size", c.engram_max_ngram_size);
-  r.integer("engram_vocab_size", c.engram_vocab_size);
-  r.integer("engram_n_heads", c.engram_n_heads);
-  r.integer("engram_head_dim", c.engram_head_dim);
-  r.integer("engram_pad_id", c.engram_pad_id);
-  r.integer("engram_compressed_vocab_size", c.engram_compressed_vocab_size);
-  r.integer("vision_n_layers", c.vision_n_layers);
-  r.integer("vision_dim", c.vision_dim);
-  r.integer("vision_n_heads", c.vision_n_heads);
-  r.integer("vision_inter_dim", c.vision_inter_dim);
-  r.integer("vision_patch_size", c.vision_patch_size);
-  r.number("vision_rope_theta", c.vision_rope_theta);
-  r.integer("vision_downsample_ratio", c.vision_downsample_ratio);
-  r.integer("vision_max_n_token", c.vision_max_n_token);
-  r.integer("vision_min_pixels", c.vision_min_pixels);
-  r.optional_number("vision_max_wh_ratio", c.vision_max_wh_ratio);
-  r.integer("image_token_id", c.image_token_id);
-  r.integer("dspark_block_size", c.dspark_block_size);
-  r.integer("dspark_noise_token_id", c.dspark_noise_token_id);
-  r.int_list("dspark_target_layer_ids", c.dspark_target_layer_ids);
-  r.integer("dspark_markov_rank", c.dspark_markov_rank);
-  r.integer("dspark_n_routed_experts", c.dspark_n_routed_experts);
-  r.integer("dspark_n_activated_experts", c.dspark_n_activated_experts);
-  r.integer("bos_token_id", c.bos_token_id);
-  r.integer("eos_token_id", c.eos_token_id);
-  r.integer("pad_token_id", c.pad_token_id);
+  for (const ConfigField& f : config_fields()) read_field(r, f.name, f.member, c);
+  if (j.contains("expert_dtype") && j.at("expert_dtype").is_null()) c.expert_dtype = "";  // dense experts
   return c;
 }
 
 ModelConfig parse_hf_config(const json& j, const std::string& label) {
   ModelConfig c;
   FieldReader root(j, label, "");
-  root.integer("bos_token_id", c.bos_token_id);
-  root.integer("eos_token_id", c.eos_token_id);
-  root.integer("pad_token_id", c.pad_token_id);
-  root.integer("image_token_id", c.image_token_id);
+  read_hf_section(root, Hf::Root, c);
 
   if (const json* q = root.object("quantization_config")) {
     FieldReader qr(*q, label, "quantization_config");
@@ -222,85 +285,25 @@ ModelConfig parse_hf_config(const json& j, const std::string& label) {
   const json* t = root.object("text_config");
   if (!t) root.fail("text_config", "is missing (an HF config.json for DeepSeek-V4.1 nests the model under text_config)");
   FieldReader r(*t, label, "text_config");
-  r.integer("vocab_size", c.vocab_size);
-  r.integer("hidden_size", c.dim);
-  r.integer("moe_intermediate_size", c.moe_inter_dim);
-  r.integer("num_hidden_layers", c.n_layers);
-  r.integer("num_attention_heads", c.n_heads);
+  read_hf_section(r, Hf::Text, c);
   int64_t kv_heads = 1;
   r.integer("num_key_value_heads", kv_heads);
   if (kv_heads != 1)
     r.fail("num_key_value_heads", "must be 1 (one shared latent KV), got " + std::to_string(kv_heads));
-  r.integer("head_dim", c.head_dim);
-  r.integer("qk_rope_head_dim", c.rope_head_dim);
-  r.integer("q_lora_rank", c.q_lora_rank);
-  r.integer("o_lora_rank", c.o_lora_rank);
-  r.integer("o_groups", c.o_groups);
-  r.number("swiglu_limit", c.swiglu_limit);
-  r.number("rms_norm_eps", c.norm_eps);
-  r.integer("max_position_embeddings", c.max_seq_len);
-  r.number("rope_theta", c.rope_theta);
-  c.original_seq_len = 0;
+  c.original_seq_len = 0;  // no rope_scaling: no YaRN
   if (const json* rs = r.object("rope_scaling")) {
     FieldReader rr(*rs, label, "text_config.rope_scaling");
     std::string type = "yarn";
     rr.string("rope_type", type);
     if (rs->contains("type") && !rs->contains("rope_type")) rr.string("type", type);
     if (type != "yarn") rr.fail("rope_type", "is '" + type + "'; DeepSeek-V4.1 uses 'yarn'");
-    rr.number("factor", c.rope_factor);
-    rr.number("beta_fast", c.beta_fast);
-    rr.number("beta_slow", c.beta_slow);
-    rr.integer("original_max_position_embeddings", c.original_seq_len);
+    read_hf_section(rr, Hf::RopeScaling, c);
   }
-  r.integer("n_routed_experts", c.n_routed_experts);
-  r.integer("n_shared_experts", c.n_shared_experts);
-  r.integer("num_experts_per_tok", c.n_activated_experts);
-  r.string("scoring_func", c.score_func);
-  r.boolean("norm_topk_prob", c.norm_topk_prob);
-  r.number("routed_scaling_factor", c.route_scale);
-  r.integer("sliding_window", c.window_size);
-  r.int_list("compress_ratios", c.compress_ratios);
-  r.number("compress_rope_theta", c.compress_rope_theta);
-  r.int_list("kv_source_layer_ids", c.kv_source_layers);
-  r.int_list("index_source_layer_ids", c.index_source_layers);
-  r.integer("index_n_heads", c.index_n_heads);
-  r.integer("index_head_dim", c.index_head_dim);
-  r.integer("index_topk", c.index_topk);
-  r.integer("candidate_source_layer_id", c.candidate_source_layer);
-  r.integer("candidate_topk_blocks", c.candidate_topk_blocks);
-  r.integer("candidate_block_size", c.candidate_block_size);
-  r.integer("hc_mult", c.hc_mult);
-  r.integer("hc_sinkhorn_iters", c.hc_sinkhorn_iters);
-  r.number("hc_eps", c.hc_eps);
-  r.int_list("engram_layer_ids", c.engram_layer_ids);
-  r.int_list("engram_num_embeddings", c.engram_num_embeddings);
-  r.integer("engram_max_ngram_size", c.engram_max_ngram_size);
-  r.integer("engram_vocab_size", c.engram_vocab_size);
-  r.integer("engram_n_heads", c.engram_n_heads);
-  r.integer("engram_head_dim", c.engram_head_dim);
-  r.integer("engram_pad_token_id", c.engram_pad_id);
-  r.integer("engram_compressed_vocab_size", c.engram_compressed_vocab_size);
-  r.integer("num_nextn_predict_layers", c.n_mtp_layers);
-  r.integer("dspark_block_size", c.dspark_block_size);
-  r.integer("dspark_noise_token_id", c.dspark_noise_token_id);
-  r.int_list("dspark_target_layer_ids", c.dspark_target_layer_ids);
-  r.integer("dspark_markov_rank", c.dspark_markov_rank);
-  r.integer("dspark_n_routed_experts", c.dspark_n_routed_experts);
-  r.integer("dspark_num_experts_per_tok", c.dspark_n_activated_experts);
 
   c.vision_n_layers = 0;
   if (const json* v = root.object("vision_config")) {
     FieldReader vr(*v, label, "vision_config");
-    vr.integer("num_hidden_layers", c.vision_n_layers);
-    vr.integer("hidden_size", c.vision_dim);
-    vr.integer("num_attention_heads", c.vision_n_heads);
-    vr.integer("intermediate_size", c.vision_inter_dim);
-    vr.integer("patch_size", c.vision_patch_size);
-    vr.number("rope_theta", c.vision_rope_theta);
-    vr.integer("downsample_ratio", c.vision_downsample_ratio);
-    vr.integer("max_image_tokens", c.vision_max_n_token);
-    vr.integer("min_pixels", c.vision_min_pixels);
-    vr.optional_number("max_wh_ratio", c.vision_max_wh_ratio);
+    read_hf_section(vr, Hf::Vision, c);
   }
   return c;
 }
@@ -369,29 +372,14 @@ std::string show(const std::optional<double>& v) { return v ? show(*v) : "null";
 
 std::vector<std::string> ModelConfig::differences_in_model_fields(const ModelConfig& o) const {
   std::vector<std::string> d;
-#define DS41_CMP(f) \
-  if (!(f == o.f)) d.push_back(std::string(#f) + ": " + show(f) + " vs " + show(o.f));
-  DS41_CMP(vocab_size) DS41_CMP(dim) DS41_CMP(moe_inter_dim) DS41_CMP(n_layers)
-  DS41_CMP(n_mtp_layers) DS41_CMP(n_heads) DS41_CMP(n_routed_experts) DS41_CMP(n_shared_experts)
-  DS41_CMP(n_activated_experts) DS41_CMP(score_func) DS41_CMP(gate_temp) DS41_CMP(norm_topk_prob)
-  DS41_CMP(route_scale) DS41_CMP(swiglu_limit) DS41_CMP(q_lora_rank) DS41_CMP(head_dim)
-  DS41_CMP(rope_head_dim) DS41_CMP(norm_eps) DS41_CMP(o_groups) DS41_CMP(o_lora_rank)
-  DS41_CMP(window_size) DS41_CMP(compress_ratios) DS41_CMP(kv_source_layers)
-  DS41_CMP(index_source_layers) DS41_CMP(compress_rope_theta) DS41_CMP(original_seq_len)
-  DS41_CMP(rope_theta) DS41_CMP(rope_factor) DS41_CMP(beta_fast) DS41_CMP(beta_slow)
-  DS41_CMP(index_n_heads) DS41_CMP(index_head_dim) DS41_CMP(index_topk)
-  DS41_CMP(candidate_source_layer) DS41_CMP(candidate_topk_blocks) DS41_CMP(candidate_block_size)
-  DS41_CMP(hc_mult) DS41_CMP(hc_sinkhorn_iters) DS41_CMP(hc_eps) DS41_CMP(engram_layer_ids)
-  DS41_CMP(engram_num_embeddings) DS41_CMP(engram_max_ngram_size) DS41_CMP(engram_vocab_size)
-  DS41_CMP(engram_n_heads) DS41_CMP(engram_head_dim) DS41_CMP(engram_pad_id)
-  DS41_CMP(engram_compressed_vocab_size) DS41_CMP(vision_n_layers) DS41_CMP(vision_dim)
-  DS41_CMP(vision_n_heads) DS41_CMP(vision_inter_dim) DS41_CMP(vision_patch_size)
-  DS41_CMP(vision_rope_theta) DS41_CMP(vision_downsample_ratio) DS41_CMP(vision_max_n_token)
-  DS41_CMP(vision_min_pixels) DS41_CMP(vision_max_wh_ratio) DS41_CMP(image_token_id)
-  DS41_CMP(dspark_block_size) DS41_CMP(dspark_noise_token_id) DS41_CMP(dspark_target_layer_ids)
-  DS41_CMP(dspark_markov_rank) DS41_CMP(dspark_n_routed_experts)
-  DS41_CMP(dspark_n_activated_experts) DS41_CMP(dtype) DS41_CMP(expert_dtype)
-#undef DS41_CMP
+  for (const ConfigField& f : config_fields()) {
+    if (!(f.flags & kModel)) continue;
+    std::visit(
+        [&](auto m) {
+          if (!(this->*m == o.*m)) d.push_back(std::string(f.name) + ": " + show(this->*m) + " vs " + show(o.*m));
+        },
+        f.member);
+  }
   return d;
 }
 
@@ -559,153 +547,31 @@ void validate_config(const ModelConfig& c) {
 
 json config_to_flat_json(const ModelConfig& c) {
   json j = json::object();
-  j["vocab_size"] = c.vocab_size;
-  j["dim"] = c.dim;
-  j["moe_inter_dim"] = c.moe_inter_dim;
-  j["n_layers"] = c.n_layers;
-  j["n_mtp_layers"] = c.n_mtp_layers;
-  j["dspark_block_size"] = c.dspark_block_size;
-  j["dspark_noise_token_id"] = c.dspark_noise_token_id;
-  j["dspark_target_layer_ids"] = c.dspark_target_layer_ids;
-  j["dspark_markov_rank"] = c.dspark_markov_rank;
-  j["dspark_n_routed_experts"] = c.dspark_n_routed_experts;
-  j["dspark_n_activated_experts"] = c.dspark_n_activated_experts;
-  j["n_heads"] = c.n_heads;
-  j["n_routed_experts"] = c.n_routed_experts;
-  j["n_shared_experts"] = c.n_shared_experts;
-  j["n_activated_experts"] = c.n_activated_experts;
-  j["score_func"] = c.score_func;
-  j["route_scale"] = c.route_scale;
-  j["swiglu_limit"] = c.swiglu_limit;
-  j["q_lora_rank"] = c.q_lora_rank;
-  j["head_dim"] = c.head_dim;
-  j["rope_head_dim"] = c.rope_head_dim;
-  j["norm_eps"] = c.norm_eps;
-  j["o_groups"] = c.o_groups;
-  j["o_lora_rank"] = c.o_lora_rank;
-  j["window_size"] = c.window_size;
-  j["kv_source_layers"] = c.kv_source_layers;
-  j["index_source_layers"] = c.index_source_layers;
-  j["original_seq_len"] = c.original_seq_len;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_factor"] = c.rope_factor;
-  j["beta_fast"] = c.beta_fast;
-  j["beta_slow"] = c.beta_slow;
-  j["index_n_heads"] = c.index_n_heads;
-  j["index_head_dim"] = c.index_head_dim;
-  j["index_topk"] = c.index_topk;
-  j["candidate_source_layer"] = c.candidate_source_layer;
-  j["candidate_topk_blocks"] = c.candidate_topk_blocks;
-  j["candidate_block_size"] = c.candidate_block_size;
-  j["hc_mult"] = c.hc_mult;
-  j["hc_sinkhorn_iters"] = c.hc_sinkhorn_iters;
-  j["hc_eps"] = c.hc_eps;
-  j["engram_layer_ids"] = c.engram_layer_ids;
-  j["engram_vocab_size"] = c.engram_vocab_size;
-  j["engram_num_embeddings"] = c.engram_num_embeddings;
-  j["engram_max_ngram_size"] = c.engram_max_ngram_size;
-  j["engram_pad_id"] = c.engram_pad_id;
-  j["engram_compressed_vocab_size"] = c.engram_compressed_vocab_size;
-  j["dtype"] = c.dtype;
-  j["expert_dtype"] = c.expert_dtype;
-  j["compress_rope_theta"] = c.compress_rope_theta;
-  j["compress_ratios"] = c.compress_ratios;
-  j["vision_n_layers"] = c.vision_n_layers;
-  j["vision_dim"] = c.vision_dim;
-  j["vision_n_heads"] = c.vision_n_heads;
-  j["vision_inter_dim"] = c.vision_inter_dim;
-  j["vision_patch_size"] = c.vision_patch_size;
-  j["vision_downsample_ratio"] = c.vision_downsample_ratio;
-  j["vision_max_n_token"] = c.vision_max_n_token;
-  j["vision_min_pixels"] = c.vision_min_pixels;
-  j["vision_max_wh_ratio"] = c.vision_max_wh_ratio ? json(*c.vision_max_wh_ratio) : json(nullptr);
-  j["image_token_id"] = c.image_token_id;
-  j["engram_n_heads"] = c.engram_n_heads;
-  j["engram_head_dim"] = c.engram_head_dim;
-  j["vision_rope_theta"] = c.vision_rope_theta;
-  j["max_seq_len"] = c.max_seq_len;
+  for (const ConfigField& f : config_fields())
+    if (f.flags & kFlatOut) j[f.name] = field_json(f.member, c);
   return j;
 }
 
 json config_to_hf_json(const ModelConfig& c) {
   json t = json::object();
+  write_hf_section(t, Hf::Text, c);
   t["model_type"] = "deepseek_v41_text";
-  t["vocab_size"] = c.vocab_size;
-  t["hidden_size"] = c.dim;
-  t["moe_intermediate_size"] = c.moe_inter_dim;
-  t["num_hidden_layers"] = c.n_layers;
-  t["num_attention_heads"] = c.n_heads;
   t["num_key_value_heads"] = 1;
-  t["head_dim"] = c.head_dim;
-  t["qk_rope_head_dim"] = c.rope_head_dim;
-  t["q_lora_rank"] = c.q_lora_rank;
-  t["o_lora_rank"] = c.o_lora_rank;
-  t["o_groups"] = c.o_groups;
   t["hidden_act"] = "silu";
-  t["swiglu_limit"] = c.swiglu_limit;
-  t["rms_norm_eps"] = c.norm_eps;
   t["tie_word_embeddings"] = false;
-  t["max_position_embeddings"] = c.max_seq_len;
-  t["rope_theta"] = c.rope_theta;
-  t["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", c.rope_factor}, {"beta_fast", c.beta_fast},
-                       {"beta_slow", c.beta_slow}, {"original_max_position_embeddings", c.original_seq_len}};
-  t["n_routed_experts"] = c.n_routed_experts;
-  t["n_shared_experts"] = c.n_shared_experts;
-  t["num_experts_per_tok"] = c.n_activated_experts;
-  t["scoring_func"] = c.score_func;
   t["topk_method"] = "noaux_tc";
-  t["norm_topk_prob"] = c.norm_topk_prob;
-  t["routed_scaling_factor"] = c.route_scale;
-  t["sliding_window"] = c.window_size;
-  t["compress_ratios"] = c.compress_ratios;
-  t["compress_rope_theta"] = c.compress_rope_theta;
-  t["kv_source_layer_ids"] = c.kv_source_layers;
-  t["index_source_layer_ids"] = c.index_source_layers;
-  t["index_n_heads"] = c.index_n_heads;
-  t["index_head_dim"] = c.index_head_dim;
-  t["index_topk"] = c.index_topk;
-  t["candidate_source_layer_id"] = c.candidate_source_layer;
-  t["candidate_topk_blocks"] = c.candidate_topk_blocks;
-  t["candidate_block_size"] = c.candidate_block_size;
-  t["hc_mult"] = c.hc_mult;
-  t["hc_sinkhorn_iters"] = c.hc_sinkhorn_iters;
-  t["hc_eps"] = c.hc_eps;
-  t["engram_layer_ids"] = c.engram_layer_ids;
-  t["engram_num_embeddings"] = c.engram_num_embeddings;
-  t["engram_max_ngram_size"] = c.engram_max_ngram_size;
-  t["engram_vocab_size"] = c.engram_vocab_size;
-  t["engram_n_heads"] = c.engram_n_heads;
-  t["engram_head_dim"] = c.engram_head_dim;
-  t["engram_pad_token_id"] = c.engram_pad_id;
-  t["engram_compressed_vocab_size"] = c.engram_compressed_vocab_size;
-  t["num_nextn_predict_layers"] = c.n_mtp_layers;
-  t["dspark_block_size"] = c.dspark_block_size;
-  t["dspark_noise_token_id"] = c.dspark_noise_token_id;
-  t["dspark_target_layer_ids"] = c.dspark_target_layer_ids;
-  t["dspark_markov_rank"] = c.dspark_markov_rank;
-  t["dspark_n_routed_experts"] = c.dspark_n_routed_experts;
-  t["dspark_num_experts_per_tok"] = c.dspark_n_activated_experts;
+  json rope = {{"rope_type", "yarn"}};
+  write_hf_section(rope, Hf::RopeScaling, c);
+  t["rope_scaling"] = rope;
 
   json v = json::object();
   v["model_type"] = "deepseek_v41_vision";
-  v["num_hidden_layers"] = c.vision_n_layers;
-  v["hidden_size"] = c.vision_dim;
-  v["num_attention_heads"] = c.vision_n_heads;
-  v["intermediate_size"] = c.vision_inter_dim;
-  v["patch_size"] = c.vision_patch_size;
-  v["rope_theta"] = c.vision_rope_theta;
-  v["downsample_ratio"] = c.vision_downsample_ratio;
-  v["max_image_tokens"] = c.vision_max_n_token;
-  v["min_pixels"] = c.vision_min_pixels;
-  v["max_wh_ratio"] = c.vision_max_wh_ratio ? json(*c.vision_max_wh_ratio) : json(nullptr);
+  write_hf_section(v, Hf::Vision, c);
 
   json j = json::object();
   j["architectures"] = {"DeepseekV41ForCausalLM"};
   j["model_type"] = "deepseek_v41";
-  j["bos_token_id"] = c.bos_token_id;
-  j["eos_token_id"] = c.eos_token_id;
-  j["pad_token_id"] = c.pad_token_id;
-  j["image_token_id"] = c.image_token_id;
+  write_hf_section(j, Hf::Root, c);
   j["dtype"] = "bfloat16";
   j["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"},
                               {"weight_block_size", {32, 32}}, {"scale_fmt", "ue8m0"},
