@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "base/error.h"
-#include "runtime/speculative.h"
+#include "runtime/request_decoder.h"
 #include "vision/image_grid.h"
 #include "vision/image_prompt.h"
 
@@ -69,15 +69,7 @@ struct Engine::Slot {
   EngineRequest req;
   std::shared_ptr<RequestHandle> handle;
   bool started = false;
-  std::unique_ptr<Generation> gen;  // plain decoding
-  // DSpark decoding: the sequence, its decoder, the last prefill's logits, the pending token (the
-  // last one emitted, not yet consumed) and the tokens of the current cycle not yet streamed.
-  std::unique_ptr<SequenceState> spec_state;
-  std::unique_ptr<SpeculativeDecoder> spec;
-  std::vector<float> spec_logits;
-  std::optional<int32_t> spec_pending;
-  std::deque<int32_t> spec_out;
-  std::vector<int32_t> spec_cycle;  // the last cycle's tokens (kept: a cycle allocates nothing)
+  std::unique_ptr<RequestDecoder> decoder;  // plain or speculative; made at admission
   InputEmbeddings inputs;  // token types and span rows of an image prompt (empty: text only)
   size_t fed = 0;  // prompt tokens fed so far (cached prefix included)
   size_t forced_at = 0;    // ids of req.forced emitted so far
@@ -87,6 +79,13 @@ struct Engine::Slot {
   double arrived_at = 0, last_token_at = 0;
   double prefill_started_at = 0;  // the first prefill chunk (for the log of long prefills)
   int logged_quarter = -1;
+
+  // The generation whose decode step joins this round's shared pass, or nullptr: prefilled, a
+  // token pending, answer and context not used up, not cancelled, plain decoding.
+  Generation* joins_batched_step() const {
+    if (!decoder || fed != req.prompt.size() || generated >= req.max_tokens || handle->cancelled()) return nullptr;
+    return decoder->batchable();
+  }
 };
 
 Engine::Engine(const Model& model, ThreadPool* pool, EngineOptions opt)
@@ -177,9 +176,7 @@ void Engine::run() {
     // (one pass over the weights for all of them); each step() below then only samples.
     std::vector<Generation*> decoding;
     for (auto& s : active)
-      if (s->gen && s->gen->pending() && s->fed == s->req.prompt.size() && s->generated < s->req.max_tokens &&
-          !s->handle->cancelled() && s->gen->length() < model_.config().max_seq_len)
-        decoding.push_back(s->gen.get());
+      if (Generation* g = s->joins_batched_step()) decoding.push_back(g);
     if (decoding.size() > 1) {
       try {
         Generation::commit_pending_together(decoding);
@@ -226,8 +223,8 @@ void Engine::log_prefill(Slot& s, size_t prompt_tokens) {
 bool Engine::step(Slot& s) {
   RequestHandle& h = *s.handle;
   auto finish = [&](FinishReason r) {
-    if (s.spec) {
-      const SpeculativeStats& st = s.spec->stats();
+    if (s.decoder) {
+      const SpeculativeStats st = s.decoder->speculative_stats();
       metrics_.dspark_cycles += st.cycles;
       metrics_.dspark_drafted += st.drafted;
       metrics_.dspark_accepted += st.accepted;
@@ -277,19 +274,13 @@ bool Engine::step(Slot& s) {
     h.queued_s = now_s() - s.arrived_at;
     metrics_.prompt_tokens += int64_t(prompt.size());
     SequenceState start = cached ? std::move(*cached) : model_.new_sequence();
+    std::optional<SpeculativeOptions> spec;
     if (opt_.dspark && s.req.forced.empty()) {
-      // A cached state may come from a plain request, without draft rings: they restart at its
-      // end (only acceptance suffers).
-      if (start.dspark_pos != start.pos) start.dspark_start = start.dspark_pos = start.pos;
-      s.spec_state = std::make_unique<SequenceState>(std::move(start));
-      SpeculativeOptions so;
-      so.draft_tokens = opt_.draft_tokens;
-      so.confidence_threshold = opt_.dspark_confidence;
-      so.sampling = s.req.sampling;
-      s.spec = std::make_unique<SpeculativeDecoder>(model_, *s.spec_state, so, pool_);
-    } else {
-      s.gen = std::make_unique<Generation>(model_, std::move(start), Sampler(s.req.sampling), pool_);
+      spec.emplace();
+      spec->draft_tokens = opt_.draft_tokens;
+      spec->confidence_threshold = opt_.dspark_confidence;
     }
+    s.decoder = RequestDecoder::make(model_, std::move(start), s.req.sampling, pool_, spec ? &*spec : nullptr);
   }
   if (s.fed < prompt.size()) {
     // One prefill chunk, cut at the cache boundary so the state there can be saved.
@@ -299,40 +290,21 @@ bool Engine::step(Slot& s) {
     const std::vector<int32_t> part(prompt.begin() + long(s.fed), prompt.begin() + long(end));
     InputEmbeddings inputs;
     if (has_images) inputs = s.inputs.slice(int64_t(s.fed), int64_t(end), model_.config().dim);
-    if (s.spec) s.spec_logits = s.spec->prefill(part, 0, has_images ? &inputs : nullptr);
-    else s.gen->feed(part, 0, {}, has_images ? &inputs : nullptr);
+    s.decoder->feed(part, has_images ? &inputs : nullptr);
     s.fed = end;
     log_prefill(s, prompt.size());
     if (s.fed == boundary && boundary > 0)
-      prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.spec ? *s.spec_state : s.gen->state());
+      prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.decoder->state());
     return true;
   }
   if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);
   if (!s.forcing && s.forced_at == 0 && !s.req.forced.empty() && s.tail == s.req.force_trigger) s.forcing = true;
   std::optional<int32_t> tok;
-  if (s.spec) {
-    if (s.spec_out.empty()) {
-      SequenceState& st = *s.spec_state;
-      if (!s.spec_pending) {
-        // The first token comes from the prefill's logits exactly as in plain decoding.
-        if (st.pos >= model_.config().max_seq_len) return finish(FinishReason::ContextFull);
-        s.spec_out.push_back(Sampler(s.req.sampling).sample(s.spec_logits.data(), model_.config().vocab_size, uint64_t(st.pos),
-                                                            st.token_history));
-      } else {
-        std::vector<int32_t>& out = s.spec_cycle;
-        s.spec->step_into(out, *s.spec_pending, s.req.max_tokens - s.generated);
-        if (out.empty()) return finish(FinishReason::ContextFull);
-        s.spec_out.insert(s.spec_out.end(), out.begin(), out.end());
-      }
-      s.spec_pending = s.spec_out.back();
-    }
-    tok = s.spec_out.front();
-    s.spec_out.pop_front();
-  } else if (s.forcing) {
-    tok = s.gen->force_token(s.req.forced[s.forced_at]);
+  if (s.forcing) {
+    tok = s.decoder->force_token(s.req.forced[s.forced_at]);
     if (++s.forced_at == s.req.forced.size()) s.forcing = false;
   } else {
-    tok = s.gen->next_token();
+    tok = s.decoder->next_token(s.req.max_tokens - s.generated);
   }
   if (!tok) return finish(FinishReason::ContextFull);
   const double t = now_s();
