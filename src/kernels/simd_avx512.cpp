@@ -40,6 +40,7 @@ namespace ds41::simd::avx512 {
 #define DS41_SIMD_REGS 32
 #include "kernels/simd_gemm.inc"
 #include "kernels/simd_attention.inc"
+#include "kernels/simd_dequant.inc"
 #include "kernels/simd_peak.inc"
 #include "kernels/simd_int8.inc"
 #include "kernels/simd_softmax.inc"
