@@ -283,11 +283,12 @@ const std::vector<SlotCase>& slot_cases() {
          const Fp8Matrix W{w.data(), scale.data(), N, K};
          Bytes out;
          if (!fp8_packable(W)) return out;  // (then the test fails: the case must exercise the slot)
-         std::vector<uint8_t> blocks(static_cast<size_t>(N * K));
-         pack_fp8_rows(W, blocks.data(), &pool);
+         // The packed codes with kPackedFp8Front readable bytes before them (gemm.h).
+         std::vector<uint8_t> blocks(static_cast<size_t>(kPackedFp8Front + N * K), 0xff);
+         pack_fp8_rows(W, blocks.data() + kPackedFp8Front, &pool);
          const std::vector<float> x = random_f32(K, rng);
          std::vector<float> y(static_cast<size_t>(N));
-         const PackedFp8LinearJob job{x.data(), PackedFp8Matrix{blocks.data(), scale.data(), N, K}, y.data()};
+         const PackedFp8LinearJob job{x.data(), PackedFp8Matrix{blocks.data() + kPackedFp8Front, scale.data(), N, K}, y.data()};
          linear_f32_wfp8_packed_batch(&job, 1, 1, &pool);
          append(out, y);
          return out;
