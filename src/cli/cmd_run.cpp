@@ -122,8 +122,7 @@ int cmd_run(int argc, char** argv) {
   const SamplerOptions so = sampler_options_from(args, 0.0, 1.0);
   int64_t max_tokens = args.get_int("max-tokens", 256);
   if (max_tokens < 0) throw Error("--max-tokens must be >= 0");
-  const int64_t ctx = args.get_int("ctx", 0);
-  if (ctx < 0) throw Error("--ctx must be >= 0");
+  if (args.get_int("ctx", 0) < 0) throw Error("--ctx must be >= 0");  // before the model loads (applied below)
   const int64_t chunk = args.get_int("chunk", 0);
   if (chunk < 0) throw Error("--chunk must be >= 0");
   std::optional<Tokenizer> tok;
@@ -194,10 +193,8 @@ int cmd_run(int argc, char** argv) {
   // Image placeholders in the ids become image spans (their rows from the vision tower).
   const RunImages images = prepare_run_images(*model, prompt, args.get_all("image"), &pool);
   prompt = images.prompt.tokens;
-  if (ctx > c.max_seq_len)
-    std::fprintf(stderr, "warning: --ctx %lld is more than the model's max_seq_len: using %lld\n", (long long)ctx,
-                 (long long)c.max_seq_len);
-  if (ctx > 0 && ctx < c.max_seq_len) {
+  const int64_t ctx = context_length_arg(args, c.max_seq_len);
+  if (ctx < c.max_seq_len) {
     const int64_t used = st.pos + int64_t(prompt.size());
     if (used >= ctx)
       throw Error("the prompt" + std::string(st.pos > 0 ? " with the loaded session" : "") + " is " + std::to_string(used) +

@@ -145,12 +145,7 @@ int cmd_serve(int argc, char** argv) {
   }
   // The model's padding rows (ids the tokenizer has no token for) are never generated.
   model->restrict_output_ids(text.tokenizer().ids_with_a_token(model->config().vocab_size));
-  const int64_t ctx = args.get_int("ctx", 0);
-  if (ctx < 0) throw Error("--ctx must be >= 0");
-  eo.max_context = ctx > 0 ? std::min(ctx, model->config().max_seq_len) : model->config().max_seq_len;
-  if (ctx > model->config().max_seq_len)
-    std::fprintf(stderr, "warning: --ctx %lld is more than the model's max_seq_len: using %lld\n", (long long)ctx,
-                 (long long)model->config().max_seq_len);
+  eo.max_context = context_length_arg(args, model->config().max_seq_len);
   // From here on signals are handled by the watcher (loading above stays interruptible).
   SignalWatcher::block();
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));

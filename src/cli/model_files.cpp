@@ -1,5 +1,6 @@
 #include "cli/model_files.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cerrno>
@@ -61,6 +62,15 @@ std::string model_dir_arg(const Args& args) {
 std::string model_dir_or_demo(const Args& args) {
   const std::string dir = model_dir_arg(args);
   return dir.empty() ? demo_model_dir() : dir;
+}
+
+int64_t context_length_arg(const Args& args, int64_t max_seq_len) {
+  const int64_t ctx = args.get_int("ctx", 0);
+  if (ctx < 0) throw Error("--ctx must be >= 0");
+  if (ctx > max_seq_len)
+    std::fprintf(stderr, "warning: --ctx %lld is more than the model's max_seq_len: using %lld\n", (long long)ctx,
+                 (long long)max_seq_len);
+  return ctx > 0 ? std::min(ctx, max_seq_len) : max_seq_len;
 }
 
 Tokenizer load_model_tokenizer(const std::string& dir, const std::string& override_file) {

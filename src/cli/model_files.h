@@ -2,6 +2,7 @@
 // its tokenizer, with errors that say which file is missing and where.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "cli/args.h"
@@ -20,6 +21,10 @@ std::string model_dir_arg(const Args& args);
 // -m/--model DIR, or the demo model (written to the cache folder on first use).
 std::string model_dir_or_demo(const Args& args);
 std::string demo_model_dir();
+// --ctx / -c: the context length in tokens, 0 or above the model's max_seq_len meaning
+// max_seq_len (the latter with a warning on stderr); negative is an error.
+int64_t context_length_arg(const Args& args, int64_t max_seq_len);
+
 // `override_file` if given, else DIR/tokenizer.json; throws ds41::Error naming what is missing.
 Tokenizer load_model_tokenizer(const std::string& dir, const std::string& override_file);
 

@@ -77,7 +77,7 @@ struct Engine::Slot {
   std::vector<int32_t> tail;  // the last generated ids, as many as the trigger has
   int64_t generated = 0;
   double arrived_at = 0, last_token_at = 0;
-  double prefill_started_at = 0;  // the first prefill chunk (for the log of long prefills)
+  double prefill_started_at = 0;  // when the first prefill chunk started (the log of long prefills)
   int logged_quarter = -1;
 
   // The generation whose decode step joins this round's shared pass, or nullptr: prefilled, a
@@ -210,7 +210,6 @@ void Engine::run() {
 // A server's log says how a long prefill is going: once it has run for 2 s, a line at each quarter
 // of the prompt (and at its end).
 void Engine::log_prefill(Slot& s, size_t prompt_tokens) {
-  if (s.prefill_started_at == 0) s.prefill_started_at = now_s();
   const double took = now_s() - s.prefill_started_at;
   if (took < 2.0 && s.logged_quarter < 0) return;
   const int quarter = int(4 * s.fed / std::max<size_t>(prompt_tokens, 1));
@@ -283,6 +282,7 @@ bool Engine::step(Slot& s) {
     s.decoder = RequestDecoder::make(model_, std::move(start), s.req.sampling, pool_, spec ? &*spec : nullptr);
   }
   if (s.fed < prompt.size()) {
+    if (s.prefill_started_at == 0) s.prefill_started_at = now_s();  // before the first chunk runs
     // One prefill chunk, cut at the cache boundary so the state there can be saved.
     size_t end = std::min(prompt.size(), s.fed + size_t(opt_.prefill_chunk));
     const size_t boundary = size_t(s.req.cache_prefix_at);

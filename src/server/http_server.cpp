@@ -183,7 +183,6 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       return fail(431, "the request head is over " + std::to_string(srv_.opt.header_limit) + " bytes");
     if (ec == http::error::body_limit)
       return fail(413, "the request body is over " + std::to_string(srv_.opt.max_body_bytes) + " bytes");
-    if (ec == http::error::buffer_overflow) return fail(431, "the request head is too large");
     fail(400, "malformed HTTP request (" + ec.message() + ")");
   }
 
