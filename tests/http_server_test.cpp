@@ -9,6 +9,7 @@
 #include <mutex>
 #include <netinet/in.h>
 #include <regex>
+#include <stdexcept>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -83,7 +84,8 @@ class HttpServerTest : public ::testing::Test {
   void start(HttpServerOptions opt = {}) {
     opt.host = "127.0.0.1";
     opt.port = 0;
-    server_ = std::make_unique<HttpServer>(opt, [](const HttpRequest*, int status, const std::string& msg) {
+    server_ = std::make_unique<HttpServer>(opt, [this](const HttpRequest*, int status, const std::string& msg) {
+      if (throwing_errors_) throw std::runtime_error("the error maker failed");
       return HttpResponse{status, "text/plain", {}, msg};
     });
     server_->route("GET", "/ping", [](const HttpRequest&) -> HttpReply { return HttpResponse{200, "text/plain", {}, "pong"}; });
@@ -97,6 +99,14 @@ class HttpServerTest : public ::testing::Test {
       auto t = std::make_shared<TickingResponder>(std::stoi(r.body), false);
       last_ = t;
       return std::shared_ptr<HttpResponder>(t);
+    }, true);
+    server_->route("POST", "/broken", [](const HttpRequest&) -> HttpReply {
+      struct Broken : HttpResponder {
+        void start(std::function<void()>) override { throw std::runtime_error("cannot start"); }
+        Output poll() override { return {}; }
+        void cancel(const std::string&) override {}
+      };
+      return std::shared_ptr<HttpResponder>(std::make_shared<Broken>());
     }, true);
     std::string error;
     ASSERT_TRUE(server_->bind(error)) << error;
@@ -163,6 +173,7 @@ class HttpServerTest : public ::testing::Test {
   std::thread thread_;
   int port_ = 0;
   std::shared_ptr<TickingResponder> last_;
+  std::atomic<bool> throwing_errors_{false};
 };
 
 TEST_F(HttpServerTest, AnswersRoutesAndSaysWhatIsWrongWithOthers) {
@@ -184,6 +195,23 @@ TEST_F(HttpServerTest, AnswersRoutesAndSaysWhatIsWrongWithOthers) {
             std::string::npos);
   const std::string cont = exchange("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\nok");
   EXPECT_EQ(statuses(cont), (std::vector<int>{100, 200}));
+}
+
+// What a handler, a responder or the error maker throws ends that answer (500, or the error as
+// plain text), never the server; bytes that are not UTF-8 in the request line reach the error
+// maker as they are.
+TEST_F(HttpServerTest, ThrowingCallbacksEndTheirAnswerNotTheServer) {
+  start();
+  const std::string broken = exchange("POST /broken HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(statuses(broken), std::vector<int>{500});
+  EXPECT_NE(broken.find("cannot start"), std::string::npos) << broken;
+  EXPECT_EQ(statuses(exchange("GET /\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), std::vector<int>{404});
+  throwing_errors_ = true;
+  const std::string fallback = exchange("GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(statuses(fallback), std::vector<int>{404});
+  EXPECT_NE(fallback.find("no such endpoint"), std::string::npos) << fallback;
+  throwing_errors_ = false;
+  EXPECT_EQ(statuses(exchange("GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), std::vector<int>{200});
 }
 
 TEST_F(HttpServerTest, AmbiguousFramingIsRefusedAndTheConnectionClosed) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <sys/socket.h>
@@ -44,6 +45,22 @@ std::string wire_head(const HttpResponse& r, int64_t content_length, bool chunke
   else if (chunked) out += "Transfer-Encoding: chunked\r\n";
   if (close) out += "Connection: close\r\n";
   return out + "\r\n";
+}
+
+// Runs the I/O loop until it stops. An exception out of a handler (what it could not foresee:
+// allocation failure, a bug) ends that handler's connection only: it is logged and the loop goes
+// on, as Asio allows, instead of ending the process.
+void run_io(asio::io_context& ioc) {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ds41 serve: a connection handler failed: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "ds41 serve: a connection handler failed\n");
+    }
+  }
 }
 
 std::string chunk(const std::string& data) {
@@ -91,6 +108,15 @@ struct HttpServer::Impl {
 
   Impl(HttpServerOptions o, ErrorMaker e)
       : opt(std::move(o)), errors(std::move(e)), workers(size_t(std::max(1, opt.worker_threads))) {}
+
+  // The error maker's response, or a plain-text one if it throws: an error answer never fails.
+  HttpResponse error(const HttpRequest* req, int status, const std::string& message) {
+    try {
+      return errors(req, status, message);
+    } catch (const std::exception&) {
+      return HttpResponse{status, "text/plain", {}, header_safe(message) + "\n"};
+    }
+  }
 
   void accept();
   void refuse(tcp::socket socket);
@@ -248,14 +274,14 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     keep_alive_ = msg.keep_alive();
     if (srv_.draining) {
       keep_alive_ = false;
-      return send_whole(srv_.errors(&req, 503, "the server is shutting down"));
+      return send_whole(srv_.error(&req, 503, "the server is shutting down"));
     }
     if (srv_.gate) {
       std::optional<HttpResponse> stop;
       try {
         stop = srv_.gate(req);
       } catch (const std::exception& e) {
-        stop = srv_.errors(&req, 500, e.what());
+        stop = srv_.error(&req, 500, e.what());
       }
       if (stop) return send_whole(std::move(*stop));
     }
@@ -267,11 +293,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       else allow += (allow.empty() ? "" : ", ") + r.method;
     }
     if (!route && !allow.empty()) {
-      HttpResponse e = srv_.errors(&req, 405, req.method + " is not allowed on " + req.path + " (use " + allow + ")");
+      HttpResponse e = srv_.error(&req, 405, req.method + " is not allowed on " + req.path + " (use " + allow + ")");
       e.headers.emplace_back("Allow", allow);
       return send_whole(std::move(e));
     }
-    if (!route) return send_whole(srv_.errors(&req, 404, "no such endpoint: " + req.method + " " + req.path));
+    if (!route) return send_whole(srv_.error(&req, 404, "no such endpoint: " + req.method + " " + req.path));
     if (!route->blocking) return deliver(call(*route, req));
     asio::post(srv_.workers, [self = shared_from_this(), route, req = std::move(req)]() mutable {
       HttpReply reply = self->call(*route, req);
@@ -283,9 +309,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     try {
       return route.handler(req);
     } catch (const std::exception& e) {
-      return srv_.errors(&req, 500, e.what());
+      return srv_.error(&req, 500, e.what());
     } catch (...) {
-      return srv_.errors(&req, 500, "internal error");
+      return srv_.error(&req, 500, "internal error");
     }
   }
 
@@ -302,16 +328,20 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     self_hold_ = shared_from_this();
     watch_for_hangup();
     std::weak_ptr<HttpConnection> weak = weak_from_this();
-    responder_->start([weak, gate = srv_.wake_gate] {
-      std::lock_guard<std::mutex> lock(gate->mu);
-      if (!gate->open) return;
-      if (auto self = weak.lock()) {
-        // The only reference goes with the handler: the connection is never destroyed on the
-        // waking thread.
-        auto ex = self->stream_.get_executor();
-        asio::post(ex, [self = std::move(self)] { self->on_wake(); });
-      }
-    });
+    try {
+      responder_->start([weak, gate = srv_.wake_gate] {
+        std::lock_guard<std::mutex> lock(gate->mu);
+        if (!gate->open) return;
+        if (auto self = weak.lock()) {
+          // The only reference goes with the handler: the connection is never destroyed on the
+          // waking thread.
+          auto ex = self->stream_.get_executor();
+          asio::post(ex, [self = std::move(self)] { self->on_wake(); });
+        }
+      });
+    } catch (const std::exception& e) {
+      return fail_answer(e.what());
+    }
     if (srv_.draining) responder_->cancel("the server is shutting down");
   }
 
@@ -336,14 +366,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     try {
       o = responder_->poll();
     } catch (const std::exception& e) {
-      // A responder that throws ends its answer; the connection cannot be reused (the head may be out).
-      responder_->cancel("");
-      if (!head_sent_) {
-        keep_alive_ = false;
-        finished_ = true;
-        return send_whole(srv_.errors(nullptr, 500, e.what()));
-      }
-      return close();
+      return fail_answer(e.what());
     }
     std::string bytes;
     if (o.head && !head_sent_) {
@@ -362,11 +385,21 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       finished_ = true;
       if (!head_sent_) {  // a responder that ends without a head: an error, not a hang
         keep_alive_ = false;
-        return send_whole(srv_.errors(nullptr, 500, "the answer ended without a response"));
+        return send_whole(srv_.error(nullptr, 500, "the answer ended without a response"));
       }
       if (!http10_) bytes += "0\r\n\r\n";
     }
     if (!bytes.empty()) write(std::move(bytes), finished_);
+  }
+
+  // A responder that throws ends its answer with a 500 if nothing of it is out yet, else by
+  // closing; the connection is not reused (its framing may be broken).
+  void fail_answer(const std::string& what) {
+    responder_->cancel("");
+    if (head_sent_) return close();
+    keep_alive_ = false;
+    finished_ = true;
+    send_whole(srv_.error(nullptr, 500, what));
   }
 
   void send_whole(HttpResponse r) {
@@ -378,7 +411,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void fail(int status, const std::string& message) {
     reading_ = false;
     keep_alive_ = false;
-    send_whole(srv_.errors(nullptr, status, message));
+    send_whole(srv_.error(nullptr, status, message));
   }
 
   void write(std::string bytes, bool last) {
@@ -450,7 +483,7 @@ void HttpServer::Impl::accept() {
 // socket's send buffer), then the socket is closed.
 void HttpServer::Impl::refuse(tcp::socket socket) {
   ++n_refused;
-  HttpResponse r = errors(nullptr, 503, "too many connections (" + std::to_string(opt.max_connections) + "); try again later");
+  HttpResponse r = error(nullptr, 503, "too many connections (" + std::to_string(opt.max_connections) + "); try again later");
   r.headers.emplace_back("Retry-After", "1");
   const std::string bytes = wire_head(r, int64_t(r.body.size()), false, true) + r.body;
   beast::error_code ec;
@@ -555,8 +588,8 @@ void HttpServer::run() {
   if (s.ioc.stopped()) return;  // stop() came first
   s.accept();
   std::vector<std::thread> extra;
-  for (int i = 1; i < std::max(1, s.opt.io_threads); ++i) extra.emplace_back([&s] { s.ioc.run(); });
-  s.ioc.run();
+  for (int i = 1; i < std::max(1, s.opt.io_threads); ++i) extra.emplace_back([&s] { run_io(s.ioc); });
+  run_io(s.ioc);
   for (auto& t : extra) t.join();
 }
 

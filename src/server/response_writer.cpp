@@ -6,9 +6,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string sse(const json& data) { return "data: " + data.dump() + "\n\n"; }
+std::string sse(const json& data) { return "data: " + wire_json(data) + "\n\n"; }
 std::string sse_event(const std::string& event, const json& data) {
-  return "event: " + event + "\ndata: " + data.dump() + "\n\n";
+  return "event: " + event + "\ndata: " + wire_json(data) + "\n\n";
 }
 
 const char* openai_finish(EndReason why) {
@@ -249,6 +249,8 @@ std::unique_ptr<ResponseWriter> make_response_writer(const ApiRequest& r, const 
   }
   return nullptr;
 }
+
+std::string wire_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json error_body(ApiKind kind, int status, const std::string& type, const std::string& message, const std::string& param) {
   if (kind == ApiKind::AnthropicMessages) return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};

@@ -38,6 +38,10 @@ class ResponseWriter {
 std::unique_ptr<ResponseWriter> make_response_writer(const ApiRequest& r, const std::string& id,
                                                      const std::string& model_name, int64_t created);
 
+// JSON as sent to a client. Strings that came from outside (a request path, a header, model
+// output) may hold bytes that are not UTF-8: they are sent as U+FFFD instead of failing the answer.
+std::string wire_json(const nlohmann::json& j);
+
 // The error body of each API for a non-streamed error.
 nlohmann::json error_body(ApiKind kind, int status, const std::string& type, const std::string& message,
                           const std::string& param);

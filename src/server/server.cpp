@@ -86,7 +86,7 @@ struct Job : HttpResponder {
     return o;
   }
 
-  static HttpResponse json_response(int status, const json& body) { return HttpResponse{status, "application/json", {}, body.dump()}; }
+  static HttpResponse json_response(int status, const json& body) { return HttpResponse{status, "application/json", {}, wire_json(body)}; }
 
   // Every event queued now, as wire text (streaming) or into the writer (whole answers).
   std::string drain_events() {
@@ -186,7 +186,7 @@ struct Server::Impl {
     std::string message = msg;
     if (status == 404 && req && message.rfind("no such endpoint", 0) == 0)
       message += " (endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models, /health, /metrics)";
-    return HttpResponse{status, "application/json", {}, error_body(kind_of(req), status, type ? type : error_type(status), message, param).dump()};
+    return HttpResponse{status, "application/json", {}, wire_json(error_body(kind_of(req), status, type ? type : error_type(status), message, param))};
   }
 
   // Compares in time that depends on the lengths only, so response timing does not reveal how

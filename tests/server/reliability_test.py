@@ -7,6 +7,7 @@ issue #46, each driven against the real binary over real sockets.
                       the server's RSS stays bounded
   slowloris           64 sockets sending one header line every 2 s beside 64 streams: every
                       stream completes, /health answers within 1 s (p99 reported)
+  non-UTF-8 bytes     in the path and a header: JSON error answers, the server stays up
   framing             Content-Length with Transfer-Encoding (both orders), conflicting
                       Content-Lengths, "Transfer-Encoding : chunked", a coding other than chunked:
                       400 and the connection closed; the smuggled request never runs
@@ -370,6 +371,23 @@ def test_framing(srv, report):
         check(closed, f"framing {name}: the connection stayed open")
 
 
+def test_bytes_that_are_not_utf8(srv, report):
+    # In the path and in a header: the error answers carry them as U+FFFD (it used to end the
+    # process: the JSON error body could not be written).
+    for payload, want in ((b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
+                          (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: text/\xff\r\n"
+                           b"Content-Length: 2\r\nConnection: close\r\n\r\n{}", 415)):
+        responses, _ = raw_exchange(srv.port, payload)
+        ok = len(responses) == 1 and responses[0][0] == want
+        if ok:
+            try:
+                json.loads(responses[0][2])
+            except ValueError:
+                ok = False
+        check(ok, f"non-UTF-8 request bytes: {[(r[0], r[2][:120]) for r in responses]} (want one {want} with a JSON body)")
+    check(srv.proc.poll() is None and http("GET", "/health", port=srv.port)[0] == 200, "non-UTF-8 request bytes: the server died")
+
+
 def test_pipelining(srv, report):
     req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     body = json.dumps(chat("Hi", 3)).encode()
@@ -542,7 +560,8 @@ def main():
     try:
         srv = Server(model, "--max-batch", "8", "--request-timeout", "3", "--max-tokens", "64")
         try:
-            for test in (test_padded_vocabulary, test_header_flood, test_framing, test_pipelining, test_injection,
+            for test in (test_padded_vocabulary, test_header_flood, test_framing, test_bytes_that_are_not_utf8,
+                         test_pipelining, test_injection,
                          test_disconnect, test_request_timeout):
                 t0 = time.time()
                 test(srv, report)
