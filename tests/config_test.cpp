@@ -46,13 +46,16 @@ TEST(Config, ReleasedHfAndFlatFilesDescribeTheSameModel) {
 TEST(Config, EveryGoldenCheckpointConfigValidatesAndBothFormsAgree) {
   if (!test::have_shared()) GTEST_SKIP() << "shared assets not found";
   int cases = 0;
-  for (auto& entry : std::filesystem::directory_iterator(test::shared_dir() + "/goldens")) {
-    if (!entry.is_directory()) continue;
-    ++cases;
-    std::string dir = entry.path().string() + "/model";
-    ModelConfig c;
-    ASSERT_NO_THROW(c = load_model_dir_config(dir)) << dir;
-    EXPECT_NO_THROW(validate_config(c)) << dir;
+  for (const char* set : {"/goldens", "/goldens-unseen"}) {
+    if (!std::filesystem::is_directory(test::shared_dir() + set)) continue;
+    for (auto& entry : std::filesystem::directory_iterator(test::shared_dir() + set)) {
+      if (!entry.is_directory()) continue;
+      ++cases;
+      std::string dir = entry.path().string() + "/model";
+      ModelConfig c;
+      ASSERT_NO_THROW(c = load_model_dir_config(dir)) << dir;
+      EXPECT_NO_THROW(validate_config(c)) << dir;
+    }
   }
   EXPECT_GE(cases, 1);
 }
@@ -65,6 +68,50 @@ TEST(Config, SerializationRoundTripsThroughBothForms) {
   for (auto& d : t.differences_in_model_fields(from_flat)) ADD_FAILURE() << "flat: " << d;
   ModelConfig r = released_config();
   for (auto& d : r.differences_in_model_fields(parse_config_json(config_to_hf_json(r), "hf"))) ADD_FAILURE() << d;
+}
+
+TEST(Presets, EveryPresetValidatesAndUnknownNamesListTheKnownOnes) {
+  const auto names = preset_names();
+  EXPECT_EQ(names, (std::vector<std::string>{"tiny", "small", "wide"}));
+  for (const auto& n : names) EXPECT_NO_THROW(validate_config(preset_config(n))) << n;
+  // The building blocks of the table are not presets of their own.
+  for (const char* n : {"constants", "released", "huge"}) {
+    try {
+      preset_config(n);
+      ADD_FAILURE() << n << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("known presets: tiny, small, wide"), std::string::npos) << e.what();
+    }
+  }
+  // wide is the release at 6 layers: every width the same.
+  const ModelConfig w = preset_config("wide"), r = released_config();
+  EXPECT_EQ(w.dim, r.dim);
+  EXPECT_EQ(w.moe_inter_dim, r.moe_inter_dim);
+  EXPECT_EQ(w.index_topk, r.index_topk);
+  EXPECT_EQ(w.n_layers, 6);
+}
+
+TEST(Config, ApplyFlatFieldsSetsOnlyWhatItNamesAndRejectsUnknownKeys) {
+  ModelConfig c = preset_config("tiny");
+  const ModelConfig before = c;
+  apply_flat_fields(c, json{{"dim", 256}, {"kv_source_layers", {2}}}, "overlay");
+  EXPECT_EQ(c.dim, 256);
+  EXPECT_EQ(c.kv_source_layers, std::vector<int>{2});
+  EXPECT_EQ(c.n_layers, before.n_layers);
+  EXPECT_EQ(c.engram_layer_ids, before.engram_layer_ids);
+  try {
+    apply_flat_fields(c, json{{"dimm", 256}}, "overlay");
+    ADD_FAILURE() << "an unknown key was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "overlay: 'dimm' is not a config field");
+  }
+  try {
+    apply_flat_fields(c, json{{"dim", "wide"}}, "overlay");
+    ADD_FAILURE() << "a string dim was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'dim' must be an integer"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(apply_flat_fields(c, json::array({1}), "overlay"), Error);
 }
 
 TEST(Config, TypeErrorsNameTheFileAndKey) {

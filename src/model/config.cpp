@@ -257,6 +257,16 @@ ModelConfig parse_flat_config(const json& j, const std::string& label) {
   return c;
 }
 
+void apply_flat_fields(ModelConfig& c, const json& fields, const std::string& label) {
+  FieldReader r(fields, label, "");
+  for (const auto& [key, value] : fields.items()) {
+    const auto& all = config_fields();
+    auto f = std::find_if(all.begin(), all.end(), [&](const ConfigField& x) { return key == x.name; });
+    if (f == all.end()) throw Error(label + ": '" + key + "' is not a config field");
+    read_field(r, f->name, f->member, c);
+  }
+}
+
 ModelConfig parse_hf_config(const json& j, const std::string& label) {
   ModelConfig c;
   FieldReader root(j, label, "");
@@ -364,7 +374,10 @@ std::string show(const T& v) {
 template <class T>
 std::string show(const std::vector<T>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + show(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += show(v[i]);  // not `"," + show(...)`: GCC 12 warns falsely on that (-Wrestrict)
+  }
   return s + "]";
 }
 std::string show(const std::optional<double>& v) { return v ? show(*v) : "null"; }

@@ -113,6 +113,9 @@ struct ModelConfig {
 // Parse either form from JSON text / a parsed object. `label` names the source in errors.
 ModelConfig parse_flat_config(const nlohmann::json& j, const std::string& label);
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& label);
+// Sets the fields named in `fields` (flat keys, as in inference/config.json) and leaves the others;
+// an unknown key is an error. Presets are written this way (model/presets.cpp).
+void apply_flat_fields(ModelConfig& c, const nlohmann::json& fields, const std::string& label);
 // Detects the form: an object with `text_config` is HF, otherwise flat.
 ModelConfig parse_config_json(const nlohmann::json& j, const std::string& label);
 ModelConfig load_config_file(const std::string& path);

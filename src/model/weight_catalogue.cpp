@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "io/safetensors.h"
 #include "model/layer_plan.h"
+#include "model/tensor_table.h"
 
 namespace ds41 {
 
@@ -38,90 +39,28 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-class CatalogueBuilder {
- public:
-  explicit CatalogueBuilder(std::vector<TensorSpec>& out) : out_(out) {}
-  TensorGroup group = TensorGroup::Attention;
-
-  void plain(const std::string& name, DType t, std::vector<int64_t> shape, bool required = true) {
-    out_.push_back({name, t, std::move(shape), group, TensorRole::Plain, required});
+// The catalogue entries of one table row: a plain tensor, or a quantized one with its scales.
+void add(std::vector<TensorSpec>& out, const std::string& name, TensorFormat format, const Dims& d, TensorGroup group,
+         bool required) {
+  switch (format) {
+    case TensorFormat::Bf16:
+    case TensorFormat::F32:
+      out.push_back({name, format == TensorFormat::Bf16 ? DType::BF16 : DType::F32, d, group, TensorRole::Plain, required});
+      return;
+    case TensorFormat::Fp8:  // [out, in] + 32x32 block scales
+      out.push_back({name + ".weight", DType::F8_E4M3, d, group, TensorRole::Fp8Weight, required});
+      out.push_back({name + ".scale", DType::F8_E8M0, {ceil_div(d[0], 32), ceil_div(d[1], 32)}, group,
+                     TensorRole::BlockScale, required});
+      return;
+    case TensorFormat::Fp4:  // two E2M1 per byte along K, one E8M0 scale per 32 K elements of a row
+      out.push_back({name + ".weight", DType::I8, {d[0], d[1] / 2}, group, TensorRole::Fp4Weight, required});
+      out.push_back({name + ".scale", DType::F8_E8M0, {d[0], d[1] / 32}, group, TensorRole::BlockScale, required});
+      return;
+    case TensorFormat::EngramTable:  // FP8 rows, one E8M0 scale per 32 of a row
+      out.push_back({name + ".weight", DType::F8_E4M3, d, group, TensorRole::EngramTable, required});
+      out.push_back({name + ".scale", DType::F8_E8M0, {d[0], d[1] / 32}, group, TensorRole::BlockScale, required});
+      return;
   }
-  // FP8 linear: weight [out, in] + 32x32 block scales.
-  void fp8(const std::string& base, int64_t out, int64_t in) {
-    out_.push_back({base + ".weight", DType::F8_E4M3, {out, in}, group, TensorRole::Fp8Weight, true});
-    out_.push_back({base + ".scale", DType::F8_E8M0, {ceil_div(out, 32), ceil_div(in, 32)}, group,
-                    TensorRole::BlockScale, true});
-  }
-  // FP4 expert linear: two E2M1 per byte along K, one E8M0 scale per 32 K elements of a row.
-  void fp4(const std::string& base, int64_t out, int64_t in) {
-    out_.push_back({base + ".weight", DType::I8, {out, in / 2}, group, TensorRole::Fp4Weight, true});
-    out_.push_back({base + ".scale", DType::F8_E8M0, {out, in / 32}, group, TensorRole::BlockScale, true});
-  }
-  void bf16(const std::string& name, std::vector<int64_t> shape) { plain(name, DType::BF16, std::move(shape)); }
-  void f32(const std::string& name, std::vector<int64_t> shape, bool required = true) {
-    plain(name, DType::F32, std::move(shape), required);
-  }
-
- private:
-  std::vector<TensorSpec>& out_;
-};
-
-void add_block(CatalogueBuilder& b, const ModelConfig& c, const LayerPlan& lp) {
-  const std::string& p = lp.prefix;
-  const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
-  auto set = [&](TensorGroup g) { b.group = lp.is_dspark ? TensorGroup::DSpark : g; };
-
-  set(TensorGroup::Norm);
-  b.bf16(p + "attn_norm.weight", {D});
-  b.bf16(p + "ffn_norm.weight", {D});
-  set(TensorGroup::HyperConnection);
-  b.f32(p + "hc_attn_fn", {mix, hc * D});
-  b.f32(p + "hc_ffn_fn", {mix, hc * D});
-  b.f32(p + "hc_attn_base", {mix});
-  b.f32(p + "hc_ffn_base", {mix});
-  b.f32(p + "hc_attn_scale", {3});
-  b.f32(p + "hc_ffn_scale", {3});
-
-  set(TensorGroup::Attention);
-  const std::string a = p + "attn.";
-  b.fp8(a + "wq_a", c.q_lora_rank, D);
-  b.bf16(a + "q_norm.weight", {c.q_lora_rank});
-  b.fp8(a + "wq_b", int64_t(c.n_heads) * c.head_dim, c.q_lora_rank);
-  b.fp8(a + "wkv", c.head_dim, D);
-  b.bf16(a + "kv_norm.weight", {c.head_dim});
-  b.fp8(a + "wo_a", int64_t(c.o_groups) * c.o_lora_rank, int64_t(c.n_heads) * c.head_dim / c.o_groups);
-  b.fp8(a + "wo_b", D, int64_t(c.o_groups) * c.o_lora_rank);
-  b.f32(a + "attn_sink", {c.n_heads});
-  if (lp.kv_source) {
-    b.bf16(a + "compressor.wkv.weight", {c.head_dim, D});
-    if (lp.ratio > 1) b.bf16(a + "compressor.wgate.weight", {c.head_dim, D});
-    b.bf16(a + "compressor.norm.weight", {c.head_dim});
-  }
-  if (lp.index_source) {
-    b.fp8(a + "indexer.wq_b", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank);
-    b.bf16(a + "indexer.weights_proj.weight", {c.index_n_heads, D});
-    if (lp.owns_index_k) {
-      b.bf16(a + "indexer.wk.weight", {c.index_head_dim, c.head_dim});
-      b.bf16(a + "indexer.k_norm.weight", {c.index_head_dim});
-    }
-  }
-
-  set(TensorGroup::MoE);
-  const std::string f = p + "ffn.";
-  const int64_t E = lp.routed_experts, I = c.moe_inter_dim;
-  b.bf16(f + "gate.weight", {E, D});
-  b.f32(f + "gate.bias", {E});
-  // The release ships bias_vl in every gate; it only matters when vision is on.
-  b.f32(f + "gate.bias_vl", {E}, /*required=*/c.vision_enabled() && !lp.is_dspark);
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string x = f + "experts." + std::to_string(e) + ".";
-    b.fp4(x + "w1", I, D);
-    b.fp4(x + "w2", D, I);
-    b.fp4(x + "w3", I, D);
-  }
-  b.fp8(f + "shared_experts.w1", I, D);
-  b.fp8(f + "shared_experts.w2", D, I);
-  b.fp8(f + "shared_experts.w3", I, D);
 }
 
 }  // namespace
@@ -129,74 +68,32 @@ void add_block(CatalogueBuilder& b, const ModelConfig& c, const LayerPlan& lp) {
 std::vector<TensorSpec> build_weight_catalogue(const ModelConfig& c) {
   ModelPlan plan = build_model_plan(c);
   std::vector<TensorSpec> out;
-  CatalogueBuilder b(out);
-  const int64_t D = c.dim;
-
-  b.group = TensorGroup::EmbedHead;
-  b.bf16("embed.weight", {c.vocab_size, D});
-  b.bf16("head.weight", {c.vocab_size, D});
-  b.group = TensorGroup::Norm;
-  b.bf16("norm.weight", {D});
-
+  for (const ModelTensor& t : text_model_tensors()) add(out, t.name, TensorFormat::Bf16, t.dims(c), t.group, true);
+  const std::span<const BlockTensor> rows = block_tensors();
   for (const LayerPlan& lp : plan.layers) {
-    if (lp.is_dspark) continue;
-    add_block(b, c, lp);
-    if (lp.engram) {
-      b.group = TensorGroup::Engram;
-      const std::string e = lp.prefix + "engram.";
-      const int64_t rows = c.engram_num_embeddings[lp.engram_index];
-      const int64_t cols = int64_t(c.engram_max_ngram_size - 1) * c.engram_n_heads;
-      out.push_back({e + "embed.weight", DType::F8_E4M3, {rows, c.engram_head_dim}, b.group, TensorRole::EngramTable, true});
-      out.push_back({e + "embed.scale", DType::F8_E8M0, {rows, c.engram_head_dim / 32}, b.group, TensorRole::BlockScale, true});
-      b.fp8(e + "wkv", D * (c.hc_mult + 1), cols * c.engram_head_dim);
-      b.bf16(e + "q_weight", {c.hc_mult, D});
-      b.bf16(e + "k_weight", {c.hc_mult, D});
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const BlockTensor& t = rows[i];
+      if (!block_has(t, c, lp)) continue;
+      const TensorGroup group = lp.is_dspark ? TensorGroup::DSpark : t.group;
+      if (t.when != TensorWhen::RoutedExpert) {
+        add(out, lp.prefix + t.name, t.format, t.dims(c, lp), group, block_requires(t, c, lp));
+        continue;
+      }
+      // The routed experts' rows are consecutive in the table; the checkpoint holds each expert's
+      // tensors together, expert by expert.
+      size_t end = i;
+      while (end < rows.size() && rows[end].when == TensorWhen::RoutedExpert) ++end;
+      for (int e = 0; e < lp.routed_experts; ++e)
+        for (size_t k = i; k < end; ++k)
+          add(out, expert_prefix(lp, e) + rows[k].name, rows[k].format, rows[k].dims(c, lp), group, true);
+      i = end - 1;
     }
   }
-
-  if (c.dspark_enabled()) {
-    for (const LayerPlan& lp : plan.layers) {
-      if (!lp.is_dspark) continue;
-      add_block(b, c, lp);
-      b.group = TensorGroup::DSpark;
-      if (lp.dspark_stage == 0) {
-        b.fp8(lp.prefix + "main_proj", D, D * int64_t(c.dspark_target_layer_ids.size()));
-        b.bf16(lp.prefix + "main_norm.weight", {D});
-      }
-      if (lp.dspark_stage == c.n_mtp_layers - 1) {
-        b.bf16(lp.prefix + "norm.weight", {D});
-        b.bf16(lp.prefix + "markov_head.embed.weight", {c.vocab_size, c.dspark_markov_rank});
-        b.bf16(lp.prefix + "markov_head.head.weight", {c.vocab_size, c.dspark_markov_rank});
-        b.bf16(lp.prefix + "confidence_head.proj.weight", {1, D + c.dspark_markov_rank});
-      }
-    }
-  }
-
   if (c.vision_enabled()) {
-    b.group = TensorGroup::Vision;
-    const int64_t V = c.vision_dim, P = c.vision_patch_size;
-    b.bf16("vision.patch_embed.proj.weight", {V, 3 * P * P});
-    b.bf16("vision.patch_embed.proj.bias", {V});
-    for (int i = 0; i < c.vision_n_layers; ++i) {
-      const std::string v = "vision.blocks." + std::to_string(i) + ".";
-      b.bf16(v + "attn.wqkv.weight", {3 * V, V});
-      b.bf16(v + "attn.wqkv.bias", {3 * V});
-      b.bf16(v + "attn.wo.weight", {V, V});
-      b.bf16(v + "attn.wo.bias", {V});
-      b.bf16(v + "mlp.w1.weight", {2 * c.vision_inter_dim, V});
-      b.bf16(v + "mlp.w2.weight", {V, c.vision_inter_dim});
-      b.bf16(v + "norm1.weight", {V});
-      b.bf16(v + "norm2.weight", {V});
-    }
-    b.bf16("vision.norm.weight", {V});
-    const int64_t cell = int64_t(c.vision_downsample_ratio) * c.vision_downsample_ratio;
-    b.bf16("aligner.w1.weight", {D, V * cell});
-    b.bf16("aligner.w1.bias", {D});
-    b.bf16("aligner.w2.weight", {D, D});
-    b.bf16("aligner.w2.bias", {D});
-    b.bf16("image_start", {D});
-    b.bf16("image_end", {D});
-    b.bf16("image_newline", {D});
+    for (const ModelTensor& t : vision_tensors()) add(out, t.name, TensorFormat::Bf16, t.dims(c), t.group, true);
+    for (int i = 0; i < c.vision_n_layers; ++i)
+      for (const VisionBlockTensor& t : vision_block_tensors())
+        add(out, vision_block_prefix(i) + t.name, TensorFormat::Bf16, t.dims(c), TensorGroup::Vision, true);
   }
   return out;
 }

@@ -7,6 +7,8 @@
 #include <functional>
 #include <thread>
 #include <tuple>
+#include <type_traits>
+#include <variant>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "base/thread_pool.h"
 #include "kernels/hyper_connection.h"
 #include "kernels/numeric_formats.h"
+#include "model/tensor_table.h"
 
 namespace ds41 {
 
@@ -42,6 +45,14 @@ void advise_read_ahead(const uint8_t* data, size_t bytes) {
   constexpr size_t kPiece = size_t(128) << 10;
   for (size_t offset = 0; offset < bytes; offset += kPiece) advise(data + offset, std::min(kPiece, bytes - offset), MADV_WILLNEED);
 }
+
+// The class a pointer to member belongs to.
+template <class M>
+struct member_owner;
+template <class T, class C>
+struct member_owner<T C::*> {
+  using type = C;
+};
 
 class Loader {
  public:
@@ -134,11 +145,60 @@ class Loader {
   std::vector<std::function<void()>> copies_;  // fills of the rows16 copies handed out (write_copies)
 };
 
+// Loads one block-table row into the view its slot names (tensor_table.h).
+void load_block_tensor(Loader& L, const BlockTensor& t, const std::string& name, bool required, BlockWeights& b,
+                       ExpertWeights& expert, DSparkHeadWeights& dspark) {
+  auto value = [&](auto& out) {  // out: the member the slot points at
+    using T = std::remove_reference_t<decltype(out)>;
+    if constexpr (std::is_same_v<T, const uint16_t*>) out = L.bf16(name);
+    else if constexpr (std::is_same_v<T, const float*>)
+      out = t.format == TensorFormat::Bf16 ? L.bf16_as_f32(name) : required ? L.f32(name) : L.f32_optional(name);
+    else if constexpr (std::is_same_v<T, Fp8Matrix>) out = L.fp8(name, t.decode_copy);
+    else if constexpr (std::is_same_v<T, Fp4Matrix>) out = L.fp4(name);
+    else {
+      static_assert(std::is_same_v<T, const uint8_t*>);  // an Engram table (the only raw-byte slot)
+      const TensorInfo& rows = L.tensor(name + ".weight", DType::F8_E4M3);
+      const TensorInfo& scales = L.tensor(name + ".scale", DType::F8_E8M0);
+      out = rows.data;
+      b.engram_table_scale = scales.data;
+      b.engram_rows = rows.shape.at(0);
+      // Engram rows are read at hash-random places of ~100 GB tables: tell the kernel not to read
+      // ahead around each touched row (it would otherwise map large folios around every row and
+      // the resident set would grow by megabytes per token).
+      advise_random(rows.data, rows.nbytes);
+      advise_random(scales.data, scales.nbytes);
+    }
+  };
+  std::visit(
+      [&](auto m) {
+        using Owner = typename member_owner<decltype(m)>::type;
+        if constexpr (std::is_same_v<Owner, BlockWeights>) value(b.*m);
+        else if constexpr (std::is_same_v<Owner, ExpertWeights>) value(expert.*m);
+        else if constexpr (std::is_same_v<Owner, SharedExpertWeights>) value(b.shared.*m);
+        else value(dspark.*m);
+      },
+      t.slot);
+}
+
+// Loads one model-level row (all BF16; a `const float*` slot is widened to fp32).
+void load_model_tensor(Loader& L, const ModelTensor& t, ModelWeights& w, VisionWeights& v) {
+  std::visit(
+      [&](auto m) {
+        using Owner = typename member_owner<decltype(m)>::type;
+        auto& out = [&]() -> auto& {
+          if constexpr (std::is_same_v<Owner, ModelWeights>) return w.*m;
+          else return v.*m;
+        }();
+        if constexpr (std::is_same_v<std::remove_reference_t<decltype(out)>, const float*>) out = L.bf16_as_f32(t.name);
+        else out = L.bf16(t.name);
+      },
+      t.slot);
+}
+
 }  // namespace
 
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& config, const ModelPlan& plan,
                                 const std::function<void(int64_t, int64_t)>& on_layer) {
-  const int vision_layers = config.vision_n_layers;
   ModelWeights w;
   w.store = store;
   advise_model_weights(*store);  // before the first read below: the hints decide the folio sizes
@@ -151,48 +211,41 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     L.fp8_rows16 = copies.fp8;
     L.fp4_rows16 = copies.fp4;
   }
-  w.embed = L.bf16("embed.weight");
-  w.head = L.bf16("head.weight");
+  for (const ModelTensor& t : text_model_tensors()) load_model_tensor(L, t, w, w.vision);
   {
     // Packed once at load: the head is read whole for every token's logits.
-    const TensorInfo& t = store->get("head.weight");
+    const TensorInfo& t = store->get(kHeadTensor);
     const int64_t N = t.shape[0], K = t.shape[1];
     auto& buf = L.own(size_t((N / kPackedRows) * K * kPackedRows) * 2);
     pack_bf16_rows(w.head, N, K, reinterpret_cast<uint16_t*>(buf.data()), nullptr);
     w.head_packed = PackedBf16Matrix{reinterpret_cast<const uint16_t*>(buf.data()), w.head, N, K};
     advise(t.data, t.nbytes, MADV_DONTNEED);  // read through the packed copy (only its tail rows here)
   }
-  w.norm = L.bf16("norm.weight");
   int64_t layers_done = 0;
   for (const LayerPlan& lp : plan.layers) {
     if (on_layer) on_layer(layers_done++, int64_t(plan.layers.size()));
     BlockWeights b;
-    const std::string& p = lp.prefix;
-    b.attn_norm = L.bf16(p + "attn_norm.weight");
-    b.ffn_norm = L.bf16(p + "ffn_norm.weight");
-    b.hc_attn_fn = L.f32(p + "hc_attn_fn");
-    b.hc_attn_base = L.f32(p + "hc_attn_base");
-    b.hc_attn_scale = L.f32(p + "hc_attn_scale");
-    b.hc_ffn_fn = L.f32(p + "hc_ffn_fn");
-    b.hc_ffn_base = L.f32(p + "hc_ffn_base");
-    b.hc_ffn_scale = L.f32(p + "hc_ffn_scale");
-    for (auto [fn, name, out] : {std::tuple{b.hc_attn_fn, "hc_attn_fn", &b.hc_attn_fn_t},
-                                 std::tuple{b.hc_ffn_fn, "hc_ffn_fn", &b.hc_ffn_fn_t}}) {
-      const TensorInfo& t = store->get(p + name);
-      auto& buf = L.own(size_t(transposed_hc_projection_size(int(t.shape[0]), t.shape[1])) * sizeof(float));
-      transpose_hc_projection(fn, int(t.shape[0]), t.shape[1], reinterpret_cast<float*>(buf.data()));
+    b.experts.resize(size_t(lp.routed_experts));
+    for (const BlockTensor& t : block_tensors()) {
+      if (!block_has(t, config, lp)) continue;
+      if (t.when == TensorWhen::RoutedExpert) {
+        for (int e = 0; e < lp.routed_experts; ++e)
+          load_block_tensor(L, t, expert_prefix(lp, e) + t.name, true, b, b.experts[size_t(e)], w.dspark);
+        continue;
+      }
+      ExpertWeights no_expert;  // a row that is not an expert's has no expert slot
+      load_block_tensor(L, t, lp.prefix + t.name, block_requires(t, config, lp), b, no_expert, w.dspark);
+    }
+    // The mix projections transposed for the SIMD mix dot products (hyper_connection.h).
+    const int mixes = (2 + config.hc_mult) * config.hc_mult;
+    const int64_t hc_dim = int64_t(config.hc_mult) * config.dim;
+    for (auto [fn, out] : {std::pair{b.hc_attn_fn, &b.hc_attn_fn_t}, std::pair{b.hc_ffn_fn, &b.hc_ffn_fn_t}}) {
+      auto& buf = L.own(size_t(transposed_hc_projection_size(mixes, hc_dim)) * sizeof(float));
+      transpose_hc_projection(fn, mixes, hc_dim, reinterpret_cast<float*>(buf.data()));
       *out = reinterpret_cast<const float*>(buf.data());
     }
-    const std::string a = p + "attn.";
-    b.wq_a = L.fp8(a + "wq_a");
-    b.wq_b = L.fp8(a + "wq_b");
-    b.wkv = L.fp8(a + "wkv");
-    b.wo_b = L.fp8(a + "wo_b");
-    b.q_norm = L.bf16(a + "q_norm.weight");
-    b.kv_norm = L.bf16(a + "kv_norm.weight");
-    b.attn_sink = L.f32(a + "attn_sink");
     {
-      Fp8Matrix wo_a = L.fp8(a + "wo_a", false);  // read as bf16 values (below), never by the FP8 decode
+      const Fp8Matrix& wo_a = b.wo_a_fp8;  // read as bf16 values (below), never by the FP8 decode
       auto& buf = L.own(size_t(wo_a.N * wo_a.K) * 2);
       dequant_fp8_to_bf16(wo_a, reinterpret_cast<uint16_t*>(buf.data()));
       b.wo_a = reinterpret_cast<const uint16_t*>(buf.data());
@@ -215,81 +268,23 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
         b.wo_a_packed = PackedBf16Matrix{out, b.wo_a, wo_a.N, wo_a.K};
       }
     }
-    if (lp.kv_source) {
-      b.comp_wkv_bf16 = L.bf16(a + "compressor.wkv.weight");
-      if (lp.ratio > 1) b.comp_wgate_bf16 = L.bf16(a + "compressor.wgate.weight");
-      b.comp_norm = L.bf16(a + "compressor.norm.weight");
-    }
-    if (lp.index_source) {
-      b.idx_wq_b = L.fp8(a + "indexer.wq_b");
-      b.idx_weights_proj = L.bf16(a + "indexer.weights_proj.weight");
-      if (lp.owns_index_k) {
-        b.idx_wk = L.bf16(a + "indexer.wk.weight");
-        b.idx_k_norm = L.bf16(a + "indexer.k_norm.weight");
-      }
-    }
-    const std::string f = p + "ffn.";
-    b.gate_w = L.bf16(f + "gate.weight");
-    b.gate_bias = L.f32(f + "gate.bias");
-    b.gate_bias_vl = L.f32_optional(f + "gate.bias_vl");
-    for (int e = 0; e < lp.routed_experts; ++e) {
-      const std::string x = f + "experts." + std::to_string(e) + ".";
-      b.experts.push_back({L.fp4(x + "w1"), L.fp4(x + "w2"), L.fp4(x + "w3")});
-    }
-    b.shared = {L.fp8(f + "shared_experts.w1"), L.fp8(f + "shared_experts.w2"), L.fp8(f + "shared_experts.w3")};
-    if (lp.engram) {
-      const std::string e = p + "engram.";
-      const TensorInfo& t = L.tensor(e + "embed.weight", DType::F8_E4M3);
-      b.engram_table = t.data;
-      b.engram_rows = t.shape.at(0);
-      const TensorInfo& ts = L.tensor(e + "embed.scale", DType::F8_E8M0);
-      b.engram_table_scale = ts.data;
-      // Engram rows are read at hash-random places of ~100 GB tables: tell the kernel not to read
-      // ahead around each touched row (it would otherwise map large folios around every row and
-      // the resident set would grow by megabytes per token).
-      advise_random(t.data, t.nbytes);
-      advise_random(ts.data, ts.nbytes);
-      b.engram_wkv = L.fp8(e + "wkv");
-      b.engram_q_weight = L.bf16(e + "q_weight");
-      b.engram_k_weight = L.bf16(e + "k_weight");
-    }
-    if (lp.is_dspark && lp.dspark_stage == 0) {
-      w.dspark.main_proj = L.fp8(p + "main_proj");
-      w.dspark.main_norm = L.bf16(p + "main_norm.weight");
-    }
-    if (lp.is_dspark && lp.id == int(plan.layers.size()) - 1) {  // the last stage carries the heads
-      w.dspark.norm = L.bf16(p + "norm.weight");
-      w.dspark.markov_embed = L.bf16(p + "markov_head.embed.weight");
-      w.dspark.markov_head = L.bf16(p + "markov_head.head.weight");
-      w.dspark.confidence = L.bf16_as_f32(p + "confidence_head.proj.weight");
-    }
     w.blocks.push_back(std::move(b));
   }
-  if (vision_layers > 0) {
-    VisionWeights& v = w.vision;
-    v.patch_w = L.bf16("vision.patch_embed.proj.weight");
-    v.patch_b = L.bf16("vision.patch_embed.proj.bias");
-    for (int i = 0; i < vision_layers; ++i) {
-      const std::string p = "vision.blocks." + std::to_string(i) + ".";
-      VisionBlockWeights b;
-      b.norm1 = L.bf16_as_f32(p + "norm1.weight");
-      b.norm2 = L.bf16_as_f32(p + "norm2.weight");
-      b.wqkv = L.bf16(p + "attn.wqkv.weight");
-      b.wqkv_bias = L.bf16(p + "attn.wqkv.bias");
-      b.wo = L.bf16(p + "attn.wo.weight");
-      b.wo_bias = L.bf16(p + "attn.wo.bias");
-      b.w1 = L.bf16(p + "mlp.w1.weight");
-      b.w2 = L.bf16(p + "mlp.w2.weight");
-      v.blocks.push_back(b);
+  if (config.vision_enabled()) {
+    for (const ModelTensor& t : vision_tensors()) load_model_tensor(L, t, w, w.vision);
+    for (int i = 0; i < config.vision_n_layers; ++i) {
+      VisionBlockWeights vb;
+      for (const VisionBlockTensor& t : vision_block_tensors()) {
+        const std::string name = vision_block_prefix(i) + t.name;
+        std::visit(
+            [&](auto m) {
+              if constexpr (std::is_same_v<decltype(vb.*m), const float*&>) vb.*m = L.bf16_as_f32(name);
+              else vb.*m = L.bf16(name);
+            },
+            t.slot);
+      }
+      w.vision.blocks.push_back(vb);
     }
-    v.norm = L.bf16_as_f32("vision.norm.weight");
-    v.aligner_w1 = L.bf16("aligner.w1.weight");
-    v.aligner_b1 = L.bf16("aligner.w1.bias");
-    v.aligner_w2 = L.bf16("aligner.w2.weight");
-    v.aligner_b2 = L.bf16("aligner.w2.bias");
-    v.image_start = L.bf16("image_start");
-    v.image_end = L.bf16("image_end");
-    v.image_newline = L.bf16("image_newline");
   }
   L.write_copies(int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
   return w;

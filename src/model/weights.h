@@ -43,6 +43,7 @@ struct BlockWeights {
   Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
   const uint16_t* q_norm = nullptr;
   const uint16_t* kv_norm = nullptr;
+  Fp8Matrix wo_a_fp8{};            // the checkpoint's codes, read once at load to make wo_a
   const uint16_t* wo_a = nullptr;  // bf16 [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
   // The same rows packed for one-row (decode) products (gemm.h), each output group's o_lora_rank
   // rows packed on their own, so group g starts at value g * o_lora_rank * K.
