@@ -289,6 +289,110 @@ TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
   }
 }
 
+// linear_fp8 / linear_fp4 of `W` (a matrix with a rows16 copy) and the batched call, at 1-4 rows
+// of x, give the twin's rows (twin: 4 rows of outputs).
+template <class Matrix>
+void expect_linear_rows_match_twin(const std::vector<uint16_t>& x, const Matrix& W, const std::vector<uint16_t>& twin,
+                                   const std::string& what) {
+  ThreadPool pool(3);
+  const int64_t N = W.N;
+  for (int64_t rows = 1; rows <= 4; ++rows) {
+    std::vector<uint16_t> fast(size_t(rows * N)), batched(size_t(rows * N));
+    QuantizedLinearJob job{x.data(), rows, nullptr, nullptr, batched.data()};
+    if constexpr (std::is_same_v<Matrix, Fp8Matrix>) {
+      linear_fp8(x.data(), rows, W, fast.data(), &pool);
+      job.fp8 = &W;
+    } else {
+      linear_fp4(x.data(), rows, W, fast.data(), &pool);
+      job.fp4 = &W;
+    }
+    EXPECT_EQ(first_difference(fast, std::vector<uint16_t>(twin.begin(), twin.begin() + rows * N)), -1)
+        << what << " linear, rows " << rows;
+    linear_quantized_batch(&job, 1, &pool);
+    EXPECT_EQ(first_difference(batched, fast), -1) << what << " batch, rows " << rows;
+  }
+}
+
+// Activation rows prepared for a level's fp8 kernel (codes, scales, decode-order values, and the
+// VBMI digit planes where the level reads them), [M][K].
+struct Fp8DecodeRows {
+  std::vector<uint8_t> codes, special;
+  std::vector<float> scales, values;
+  std::vector<int8_t> digits;
+  simd::Fp8Activations a;
+  Fp8DecodeRows(const simd::KernelTable& kt, const std::vector<uint16_t>& x, int64_t M, int64_t K)
+      : codes(size_t(M * K)), special(size_t(M)), scales(size_t(M * K / 32)), values(size_t(M * K)),
+        digits(size_t(3 * M * K)) {
+    for (int64_t r = 0; r < M; ++r) {
+      kt.prepare_fp8_row(x.data() + r * K, K, codes.data() + r * K, scales.data() + r * K / 32, values.data() + r * K,
+                         nullptr, special.data() + r);
+      if (kt.prepare_fp8_digits) kt.prepare_fp8_digits(codes.data() + r * K, K, digits.data() + 3 * r * K);
+    }
+    a = simd::Fp8Activations{values.data(), scales.data(), codes.data(), special.data(), K,
+                             kt.prepare_fp8_digits ? digits.data() : nullptr};
+  }
+  Fp8DecodeRows(const Fp8DecodeRows&) = delete;  // `a` points into this object's vectors
+  Fp8DecodeRows& operator=(const Fp8DecodeRows&) = delete;
+};
+
+// The one-row FP8 decode from a rows16 copy (the AVX2 copy kernel, the VBMI streams) at every
+// level, 1 and 3 activation rows (and 1-4 through linear_fp8 and the batched call), every kind of range (groups of 16 from the copy, rows before
+// and after them from the rows), NaN codes inside copied groups, K from one block up, and the
+// largest block sums E4M3 allows (every code 448, both signs, against activations of 448: the
+// AVX2 kernel's 16-product chains at their bound): the twin's bits, nothing written outside.
+TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
+  std::mt19937 rng(21);
+  for (SimdLevel l : supported_simd_levels()) {
+    const simd::KernelTable* kt = simd::kernel_table(l);
+    ASSERT_NE(kt, nullptr);
+    for (const int64_t K : {int64_t{32}, int64_t{96}, int64_t{256}, int64_t{1024}, int64_t{4128}}) {
+      for (const bool extreme : {false, true}) {
+        const int64_t N = 600, KB = K / 32;
+        std::vector<uint8_t> w = random_e4m3(N * K, rng);
+        std::vector<uint16_t> x = random_bf16(4 * K, rng);
+        if (extreme) {
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k) w[size_t(n * K + k)] = (n / 16) % 2 ? 0xfe : 0x7e;  // -448 / 448
+          for (uint16_t& v : x) v = 0x4000;  // 2.0: act_quant maps every block to codes of 448
+        } else {
+          for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{593}})
+            w[size_t(row * K + (row * 7) % K)] = (row % 2) ? 0x7f : 0xff;
+        }
+        const std::vector<uint8_t> scale = random_scales(((N + 31) / 32) * KB, rng);
+        Fp8Matrix W{w.data(), scale.data(), N, K};
+        std::vector<uint8_t> copy(size_t(fp8_rows16_bytes(W)));
+        pack_fp8_rows16(W, copy.data());
+        W.rows16 = copy.data();
+        for (const int64_t M : {int64_t{1}, int64_t{3}}) {
+          std::vector<uint16_t> twin(size_t(M * N));
+          linear_fp8_reference(x.data(), M, W, twin.data());
+          const Fp8DecodeRows rows(*kt, x, M, K);
+          for (int64_t r = 0; r < M; ++r) {
+            const std::vector<uint16_t> twin_row(twin.begin() + r * N, twin.begin() + (r + 1) * N);
+            expect_row_ranges_match(
+                twin_row,
+                [&](int64_t n0, int64_t n1, uint16_t* y) {
+                  // All M rows are decoded; row r's outputs are compared (the others to a scratch).
+                  std::vector<uint16_t> all(size_t(M * N), 0xdead);
+                  for (int64_t n = 0; n < N; ++n) all[size_t(r * N + n)] = y[n];
+                  kt->fp8(rows.a, M, W, n0, n1, all.data(), N);
+                  for (int64_t n = 0; n < N; ++n) y[n] = all[size_t(r * N + n)];
+                },
+                [&](int64_t) { return 1; },
+                std::string(simd_level_name(l)) + " K=" + std::to_string(K) + " M=" + std::to_string(M) +
+                    " row " + std::to_string(r) + (extreme ? " extreme" : ""));
+          }
+        }
+        // And linear_fp8 / the batched call at 1-4 rows (the thread split's ranges).
+        std::vector<uint16_t> twin4(size_t(4 * N));
+        linear_fp8_reference(x.data(), 4, W, twin4.data());
+        ScopedSimdLevel level(l);
+        expect_linear_rows_match_twin(x, W, twin4, std::string(simd_level_name(l)) + " fp8 rows16 K=" + std::to_string(K));
+      }
+    }
+  }
+}
+
 // The rows16 layout (gemm.h) of a matrix of `row_bytes` bytes a row whose 32-column blocks take
 // block_row_bytes of them (32 codes FP8, 16 bytes FP4): pack(out) must write, for each group of
 // 16 rows and block b, the block's 16 x block_row_bytes bytes at (g / 16 * blocks + b) * 16 *
@@ -330,66 +434,6 @@ TEST(SimdGemm, Rows16LayoutIsTheDefinition) {
   std::vector<uint8_t> out(16 * 40);
   EXPECT_THROW(pack_fp8_rows16(Fp8Matrix{w.data(), nullptr, 16, 40}, out.data()), Error);
   EXPECT_THROW(pack_fp4_rows16(Fp4Matrix{w.data(), nullptr, 16, 40}, out.data()), Error);
-}
-
-// linear_fp8 / linear_fp4 of `W` (a matrix with a rows16 copy) and the batched call, at 1-4 rows
-// of x, give the twin's rows (twin: 4 rows of outputs).
-template <class Matrix>
-void expect_linear_rows_match_twin(const std::vector<uint16_t>& x, const Matrix& W, const std::vector<uint16_t>& twin,
-                                   const std::string& what) {
-  ThreadPool pool(3);
-  const int64_t N = W.N;
-  for (int64_t rows = 1; rows <= 4; ++rows) {
-    std::vector<uint16_t> fast(size_t(rows * N)), batched(size_t(rows * N));
-    QuantizedLinearJob job{x.data(), rows, nullptr, nullptr, batched.data()};
-    if constexpr (std::is_same_v<Matrix, Fp8Matrix>) {
-      linear_fp8(x.data(), rows, W, fast.data(), &pool);
-      job.fp8 = &W;
-    } else {
-      linear_fp4(x.data(), rows, W, fast.data(), &pool);
-      job.fp4 = &W;
-    }
-    EXPECT_EQ(first_difference(fast, std::vector<uint16_t>(twin.begin(), twin.begin() + rows * N)), -1)
-        << what << " linear, rows " << rows;
-    linear_quantized_batch(&job, 1, &pool);
-    EXPECT_EQ(first_difference(batched, fast), -1) << what << " batch, rows " << rows;
-  }
-}
-
-// The VBMI FP8 decode reading the rows16 copy: every kind of range (groups of 16 from the copy,
-// the rows around them and the N % 16 tail from the checkpoint layout), NaN codes inside copied
-// groups and in the tail, gives the twin's values and writes nothing outside the range; and so do
-// linear_fp8 and the batched call at 1-4 rows (K = 4128: 129 blocks, ragged everywhere).
-TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
-  std::mt19937 rng(22);
-  for (SimdLevel l : supported_simd_levels()) {
-    const simd::KernelTable* kt = simd::kernel_table(l);
-    ASSERT_NE(kt, nullptr);
-    if (!kt->prepare_fp8_digits) continue;  // the avx512vbmi levels only
-    for (const int64_t K : {int64_t{32}, int64_t{256}, int64_t{1024}, int64_t{4128}}) {
-      const int64_t N = 600, KB = K / 32;
-      const std::vector<uint16_t> x = random_bf16(4 * K, rng);
-      std::vector<uint8_t> w = random_e4m3(N * K, rng);
-      for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{598}})
-        w[size_t(row * K + (row * 7) % K)] = (row % 2) ? 0x7f : 0xff;
-      const std::vector<uint8_t> scale = random_scales(((N + 31) / 32) * KB, rng);
-      std::vector<uint8_t> copy(size_t(fp8_rows16_bytes(Fp8Matrix{w.data(), scale.data(), N, K})));
-      Fp8Matrix W{w.data(), scale.data(), N, K};
-      pack_fp8_rows16(W, copy.data());
-      W.rows16 = copy.data();
-      std::vector<uint16_t> twin(static_cast<size_t>(4 * N));
-      linear_fp8_reference(x.data(), 4, W, twin.data());
-      const DecodeRow row(*kt, x.data(), K);
-      ASSERT_EQ(row.special[0], 0);
-      const simd::Fp8Activations& a = row.a;
-      const std::vector<uint16_t> twin_row0(twin.begin(), twin.begin() + N);
-      expect_row_ranges_match(
-          twin_row0, [&](int64_t n0, int64_t n1, uint16_t* y) { kt->fp8(a, 1, W, n0, n1, y, N); },
-          [](int64_t) { return 1; }, std::string(simd_level_name(l)) + " rows16 K=" + std::to_string(K));
-      ScopedSimdLevel level(l);
-      expect_linear_rows_match_twin(x, W, twin, std::string(simd_level_name(l)) + " fp8 rows16 K=" + std::to_string(K));
-    }
-  }
 }
 
 // The AVX-512 FP4 decode reads runs of 16 s rows with lanes s rows apart (fp4_decode_row_step:

@@ -186,7 +186,7 @@ void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out) {
 
 bool fp8_decode_reads_rows16() {
   const simd::KernelTable* kt = simd::active_kernels();
-  return kt && kt->prepare_fp8_digits;  // the VBMI decode (simd_fp8_decode.inc)
+  return kt && kt->fp8_decode_rows16;  // the AVX2 and VBMI one-row decodes
 }
 
 bool fp4_decode_reads_rows16() {
