@@ -33,7 +33,7 @@ namespace {
 
 using namespace simd_test;
 
-// The level, 28 function pointers and two flags.
+// The level, 28 function pointers and three flags.
 static_assert(sizeof(simd::KernelTable) == 8 + 28 * sizeof(void*) + 8,
               "KernelTable changed: give the new slot a case in kernel_slots_test.cpp");
 
@@ -42,7 +42,7 @@ const std::vector<std::string> kSlots = {
     "prepare_fp4_row", "sparse_attention_row", "indexer_scores", "indexer_scores_mxfp4", "hc_mix_dots", "fma_peak",
     "mxfp4_dequant_row", "nvfp4_dequant_row", "fp8_dequant_row", "prepare_fp8_digits", "hc_post_columns",
     "hc_pre_columns", "rmsnorm_apply", "int8_row_dots", "scaled_exp_sum", "exp_in_place", "transpose_u16",
-    "int8_quantize_bf16_row", "dense_packed_fp8", "prepare_fp8_amx", "gumbel_argmax", "fp4_decode_runs", "fp8_decode_rows16"};
+    "int8_quantize_bf16_row", "dense_packed_fp8", "prepare_fp8_amx", "gumbel_argmax", "fp4_decode_runs", "fp8_decode_rows16", "fp4_decode_rows16"};
 
 using Bytes = std::vector<uint8_t>;
 
@@ -145,7 +145,7 @@ const std::vector<SlotCase>& slot_cases() {
          }
          return out;
        }},
-      {{"fp4", "prepare_fp4_row", "fp4_decode_runs"},
+      {{"fp4", "prepare_fp4_row", "fp4_decode_runs", "fp4_decode_rows16"},
        [](std::mt19937& rng, ThreadPool& pool) {
          Bytes out;
          for (int64_t M : {1, 7, 40}) {

@@ -471,8 +471,8 @@ TEST(SimdGemm, Fp4DecodeRowRangesMatchTwin) {
   }
 }
 
-// The AVX-512 FP4 decode reading the rows16 copy: every kind of range (groups of 16 from the
-// copy, up to four streams side by side, the rows around them and the N % 16 tail from the
+// The FP4 decodes reading the rows16 copy (AVX2: one group of 16 rows at a time; AVX-512: up to
+// four streams side by side): every kind of range (groups of 16 from the copy, the rows around them and the N % 16 tail from the
 // checkpoint layout), NaN (0xFF) scale codes inside copied groups and in the tail, block counts
 // that leave the 16-block scale loads ragged: the twin's values and nothing written outside the
 // range; and so for linear_fp4 and the batched call at 1-4 rows.
@@ -481,7 +481,7 @@ TEST(SimdGemm, Fp4DecodeFromRows16CopyMatchesTwin) {
   for (SimdLevel l : supported_simd_levels()) {
     const simd::KernelTable* kt = simd::kernel_table(l);
     ASSERT_NE(kt, nullptr);
-    if (!kt->fp4_decode_runs) continue;  // the AVX-512 levels only
+    if (!kt->fp4_decode_rows16) continue;
     for (const int64_t K : {int64_t{32}, int64_t{256}, int64_t{1024}, int64_t{2336}}) {
       const int64_t N = 600, KB = K / 32;
       const std::vector<uint16_t> x = random_bf16(4 * K, rng);

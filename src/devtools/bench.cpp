@@ -69,8 +69,8 @@ double measure_triad_bandwidth(ThreadPool* pool, int64_t array_bytes, int repeat
   return best;
 }
 
-double measure_fma_peak(ThreadPool* pool, double seconds) {
-  const simd::KernelTable* kt = simd::kernel_table(simd_level_supported());
+double measure_fma_peak(ThreadPool* pool, double seconds, SimdLevel level) {
+  const simd::KernelTable* kt = simd::kernel_table(level == SimdLevel::Scalar ? simd_level_supported() : level);
   const int threads = pool ? pool->size() : 1;
   std::vector<float> sinks(size_t(threads) * 16);
   auto run = [&](int64_t iterations) {

@@ -7,6 +7,8 @@
 // GEMM; bench_quantized_gemms measures the GEMMs alone at the model's shapes).
 #pragma once
 
+#include "kernels/simd_level.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,9 +24,10 @@ class ThreadPool;
 // the write-allocate read of a[] is not counted).
 double measure_triad_bandwidth(ThreadPool* pool, int64_t array_bytes, int repeats);
 
-// Peak fp32 FMA rate of the machine in flop/s: every thread of the pool runs independent FMA
-// chains at the widest SIMD level the CPU supports (the scalar level has no FMA to measure).
-double measure_fma_peak(ThreadPool* pool, double seconds);
+// Peak fp32 FMA rate in flop/s at a SIMD level: every thread of the pool runs independent FMA
+// chains at that level's widest vectors (the scalar level has no FMA to measure: `level` Scalar
+// measures at the widest level the CPU supports).
+double measure_fma_peak(ThreadPool* pool, double seconds, SimdLevel level);
 
 // Bytes one decoded token reads, from the layer plan and the weights: every weight the token
 // multiplies (attention, compressor, indexer, router, shared expert, the routed experts it

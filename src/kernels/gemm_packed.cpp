@@ -191,7 +191,7 @@ bool fp8_decode_reads_rows16() {
 
 bool fp4_decode_reads_rows16() {
   const simd::KernelTable* kt = simd::active_kernels();
-  return kt && kt->fp4_decode_runs;  // the AVX-512 side-by-side decode (simd_gemm.inc)
+  return kt && kt->fp4_decode_rows16;
 }
 
 void pack_fp8_rows(const Fp8Matrix& W, uint8_t* out, ThreadPool* pool) {

@@ -208,8 +208,10 @@ struct KernelTable {
   // Whether the fp4 kernel's one-row decode reads runs of 16 s rows (fp4_decode_row_step): its
   // decode tiles are then multiples of 16 s rows.
   bool fp4_decode_runs;
-  // Whether the fp8 kernel's one-row decode reads a rows16 copy (gemm.h) when the matrix has one.
+  // Whether the fp8 / fp4 kernels' one-row decodes read a rows16 copy (gemm.h) when the matrix
+  // has one.
   bool fp8_decode_rows16;
+  bool fp4_decode_rows16;
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).

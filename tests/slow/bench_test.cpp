@@ -131,6 +131,11 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
   EXPECT_GT(j["warm_up"]["seconds"].get<double>(), 0.0);
   EXPECT_GT(j["machine"]["triad_bytes_per_s"].get<double>(), 1e8);
   EXPECT_GT(j["machine"]["fma_peak_flops"].get<double>(), 1e8);
+  // The peak is the active level's (the efficiencies' denominator); the CPU's best beside it.
+  if (j["simd_level"] != "scalar") {
+    EXPECT_EQ(j["machine"]["fma_peak_level"], j["simd_level"]);
+  }
+  EXPECT_GT(j["machine"]["cpu_fma_peak_flops"].get<double>(), 1e8);
   EXPECT_GT(j["load_seconds"].get<double>(), 0.0);
   EXPECT_GT(j["head_screen_build_seconds"].get<double>(), 0.0);  // the tiny head has a screen
   ASSERT_EQ(j["figures"]["prefill"].size(), 2u);
