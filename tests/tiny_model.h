@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "model/presets.h"
@@ -33,6 +34,13 @@ inline const std::string& tiny_model_dir(bool with_engram) {
     write_random_checkpoint(tiny_config(with_engram), d->path(), opt);
   }
   return d->path();
+}
+
+// n deterministic token ids below `vocab` (distinct sequences for distinct seeds).
+inline std::vector<int32_t> tokens_for(int n, int seed, int64_t vocab) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(int32_t((int64_t(i) * 7919 + seed * 104729 + 17) % vocab));
+  return t;
 }
 
 }  // namespace ds41::test

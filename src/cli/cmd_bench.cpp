@@ -16,6 +16,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
+
+#include <optional>
 #include "kernels/simd_level.h"
 #include "model/head_screen.h"
 #include "model/weights.h"
@@ -105,7 +107,32 @@ RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengt
   return r;
 }
 
-json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_per_token, int threads) {
+// The figures of a decode whose routed experts came from disk (DecodeFigure::experts): what the
+// cache did, the disk traffic, and this configuration's roofline: per token, the disk bytes at the
+// disk's speed for reads of an expert's size (`disk_bytes_per_s`, measured in the same run) plus the
+// bytes read from memory (everything, the experts once they are in their slots) at the triad.
+json experts_json(const DecodeFigure& d, double triad, double disk_bytes_per_s) {
+  const ExpertCacheStats& e = d.experts;
+  const double steps = double(std::max<int64_t>(d.steps, 1));
+  const double disk_per_token = double(e.bytes_read) / steps;
+  const double roofline_seconds = (disk_bytes_per_s > 0 ? disk_per_token / disk_bytes_per_s : 0.0) +
+                                  (triad > 0 ? double(d.bytes.total()) / triad : 0.0);
+  const double roofline = roofline_seconds > 0 ? 1.0 / roofline_seconds : 0.0;
+  return {{"requests", e.requests},
+          {"hit_rate", e.hit_rate()},
+          {"expert_reads_per_token", double(e.reads) / steps},
+          {"disk_bytes_per_token", disk_per_token},
+          {"disk_bytes_per_s", d.seconds > 0 ? double(e.bytes_read) / d.seconds : 0.0},
+          {"disk_read_bytes_per_s_measured", disk_bytes_per_s},
+          {"wait_share_of_steps", d.seconds > 0 ? e.wait_seconds / d.seconds : 0.0},
+          {"prefetched_per_token", double(e.prefetched) / steps},
+          {"prefetch_precision", e.prefetch_precision()},
+          {"roofline_tokens_per_s", roofline},
+          {"efficiency_vs_roofline", roofline > 0 ? d.tokens_per_s() / roofline : 0.0}};
+}
+
+json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_per_token, int threads,
+                  double disk_bytes_per_s = 0) {
   json j;
   j["prefill"] = json::array();
   for (const PrefillFigure& p : r.prefill)
@@ -138,6 +165,8 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                             double(d.bytes.total()) * d.median_tokens_per_s() / d.triad_beside},
                            {"sampling_seconds_per_token", d.sampling_seconds},
                            {"sampling_share_of_step", d.steps > 0 ? d.sampling_seconds * double(d.steps) / d.seconds : 0.0}});
+    if (d.experts_streamed)
+      j["decode"].back()["experts_from_disk"] = experts_json(d, d.triad_beside > 0 ? d.triad_beside : triad, disk_bytes_per_s);
     if (i < r.screened.size()) {
       const DecodeFigure& g = r.screened[i];
       j["decode"].back()["greedy_head_screen"] = {
@@ -199,6 +228,17 @@ void print_figures(const char* title, const json& j) {
     std::printf("                 sampling (temperature 1, every token) on the step's logits: %.3f ms per token = %.1f%% "
                 "of a step\n",
                 1e3 * d["sampling_seconds_per_token"].get<double>(), 100.0 * d["sampling_share_of_step"].get<double>());
+    if (d.contains("experts_from_disk")) {
+      const auto& e = d["experts_from_disk"];
+      std::printf("                 experts from disk: hit rate %.1f%%, %.2f reads + %.2f read ahead (%.0f%% then used) = %.1f MB "
+                  "per token, %.2f GB/s from disk (%.0f%% of the steps waiting); roofline %.2f tok/s (disk %.2f GB/s + "
+                  "triad) -> %.1f%% of it\n",
+                  100.0 * e["hit_rate"].get<double>(), e["expert_reads_per_token"].get<double>(),
+                  e["prefetched_per_token"].get<double>(), 100.0 * e["prefetch_precision"].get<double>(),
+                  e["disk_bytes_per_token"].get<double>() / 1e6, e["disk_bytes_per_s"].get<double>() / 1e9,
+                  100.0 * e["wait_share_of_steps"].get<double>(), e["roofline_tokens_per_s"].get<double>(),
+                  e["disk_read_bytes_per_s_measured"].get<double>() / 1e9, 100.0 * e["efficiency_vs_roofline"].get<double>());
+    }
     if (d.contains("greedy_head_screen")) {
       const auto& g = d["greedy_head_screen"];
       std::printf("                 greedy, head screen (context %lld): %9.2f tok/s = %.2fx   %7.1f MB/token (%.0f candidate rows, "
@@ -224,9 +264,8 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args("bench", "measure bandwidth, FMA peak, prefill and decode speed and their efficiencies",
-            "ds41 bench -m DIR [--threads N] [--json] [--prefill-lengths 128,512,2048,8192] [--decode-contexts 0,2048,8192]",
-            {{"model", "DIR", "checkpoint directory", ""},
+  std::vector<OptionSpec> specs = {
+             {"model", "DIR", "checkpoint directory", ""},
              {"prefill-lengths", "LIST", "prefill lengths in tokens", "128,512,2048,8192"},
              {"decode-contexts", "LIST", "contexts (tokens already in the sequence) to decode at", "0,2048,8192"},
              {"decode-tokens", "N", "decode steps timed at each context", "16"},
@@ -239,7 +278,11 @@ int cmd_bench(int argc, char** argv) {
              {"warm-up", "N", "tokens of the untimed prefill (and 4 decode steps) run before the figures (0 = none)", "128"},
              {"mlock", "", "lock the weights in RAM (mlock) after loading", ""},
              {"json", "", "print the figures as JSON", ""},
-             {"threads", "N", "worker threads (0 = all cores)", "0"}});
+             {"threads", "N", "worker threads (0 = all cores)", "0"}};
+  for (auto& s : memory_option_specs()) specs.push_back(s);
+  Args args("bench", "measure bandwidth, FMA peak, prefill and decode speed and their efficiencies",
+            "ds41 bench -m DIR [--threads N] [--json] [--prefill-lengths 128,512,2048,8192] [--decode-contexts 0,2048,8192]",
+            specs);
   if (!args.parse(argc, argv)) return 0;
   const std::string dir = model_dir_arg(args);
   if (dir.empty()) throw Error("ds41 bench: -m DIR is required");
@@ -265,6 +308,7 @@ int cmd_bench(int argc, char** argv) {
     throw Error("ds41 bench: --decode-tokens, --triad-mb, --prefill-repeats, --scalar-prefill and --scalar-decode-tokens "
                 "must be >= 1, --gemm-rows and --warm-up >= 0");
   const bool as_json = args.flag("json");
+  const Model::LoadOptions load_options = load_options_arg(args);
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
 
   const std::vector<double> load_before = load_average();
@@ -280,12 +324,27 @@ int cmd_bench(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const Clock::time_point load_start = Clock::now();
-  auto model = Model::load(dir);
+  auto model = Model::load(dir, {}, load_options);
   const double load_seconds = since(load_start);
   const Clock::time_point screen_start = Clock::now();
   const bool has_screen = model->head_screen(&pool) != nullptr;
   const double screen_seconds = since(screen_start);
   const int64_t locked = args.flag("mlock") ? lock_model_weights(model->weights()) : 0;
+  // Streamed experts: the disk's own speed, read as the cache reads it, for the roofline.
+  std::optional<DiskFigures> disk;
+  std::string disk_file;
+  if (model->memory_plan().stream_experts) {
+    for (const TensorInfo& t : model->weights().store->tensors())
+      if (weight_use(t.name) == WeightUse::RoutedExpert) {
+        disk_file = t.file;
+        break;
+      }
+    if (!as_json) std::fprintf(stderr, "bench: measuring the disk (%s)\n", disk_file.c_str());
+    std::vector<int64_t> sizes = {4096, int64_t(64) << 10, int64_t(4) << 20, model->memory_plan().slot_bytes};
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    disk = measure_disk(disk_file, sizes, load_options.io_threads, 1.0);
+  }
   const int64_t macs = quantized_macs_per_token(*model);
   constexpr int64_t kWarmUpSteps = 4;
   WarmUp warm_up;
@@ -316,7 +375,25 @@ int cmd_bench(int argc, char** argv) {
   out["head_screen_build_seconds"] = has_screen ? json(screen_seconds) : json(nullptr);
   out["warm_up"] = {{"prefill_tokens", warm_up.prefill_tokens}, {"decode_steps", warm_up.decode_steps},
                     {"seconds", warm_up.seconds}};
-  out["figures"] = figures_json(simd, triad, peak, macs, pool.size());
+  out["memory"] = {{"budget_bytes", model->memory_plan().budget},
+                   {"budget_source", model->memory_plan().budget_source},
+                   {"resident_bytes", model->memory_plan().resident_bytes},
+                   {"expert_bytes", model->memory_plan().expert_bytes},
+                   {"experts_streamed", model->memory_plan().stream_experts},
+                   {"expert_slots", model->memory_plan().slots},
+                   {"expert_slot_bytes", model->memory_plan().slot_bytes}};
+  double expert_read_bytes_per_s = 0;
+  if (disk) {
+    json dj = {{"file", disk_file}, {"direct_io", disk->direct}, {"sequential_bytes_per_s", disk->sequential_bytes_per_s}};
+    dj["random"] = json::array();
+    for (const auto& [bytes, rate] : disk->random_bytes_per_s) {
+      dj["random"].push_back({{"read_bytes", bytes}, {"bytes_per_s", rate}});
+      // Reads of an expert's size (the cache's reads: one per expert where its tensors are adjacent).
+      if (bytes >= model->memory_plan().slot_bytes && expert_read_bytes_per_s == 0) expert_read_bytes_per_s = rate;
+    }
+    out["disk"] = dj;
+  }
+  out["figures"] = figures_json(simd, triad, peak, macs, pool.size(), expert_read_bytes_per_s);
   out["weights_on_2mib_pages"] = {{"mapped_bytes", pmd_mapped >= 0 ? json(pmd_mapped) : json(nullptr)},
                                   {"streamed_tensor_bytes", streamed_tensor_bytes(*model->weights().store)}};
   if (!args.flag("no-scalar") && simd_level() != SimdLevel::Scalar) {
@@ -354,6 +431,15 @@ int cmd_bench(int argc, char** argv) {
     std::printf("  model load: %.2f s    (this head has no greedy screen)\n", load_seconds);
   std::printf("  decode copies made at load (rows16, DS41_DECODE_COPIES): FP8 %.0f MB, experts %.0f MB\n",
               double(model->weights().fp8_copy_bytes) / 1e6, double(model->weights().fp4_copy_bytes) / 1e6);
+  std::printf("  %s\n", model->memory_plan().summary().c_str());
+  if (out.contains("disk")) {
+    const auto& dj = out["disk"];
+    std::printf("  disk (%s, %s): sequential %.2f GB/s; random", dj["file"].get<std::string>().c_str(),
+                dj["direct_io"].get<bool>() ? "O_DIRECT" : "through the page cache", dj["sequential_bytes_per_s"].get<double>() / 1e9);
+    for (const auto& r : dj["random"])
+      std::printf(" %lld KiB %.2f GB/s;", (long long)(r["read_bytes"].get<int64_t>() >> 10), r["bytes_per_s"].get<double>() / 1e9);
+    std::printf("\n");
+  }
   if (pmd_mapped >= 0)
     std::printf("  checkpoint mapped with 2 MiB pages after the runs: %.0f MB (tensors read whole: %.0f MB)\n",
                 double(pmd_mapped) / 1e6, out["weights_on_2mib_pages"]["streamed_tensor_bytes"].get<double>() / 1e6);

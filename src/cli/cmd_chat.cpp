@@ -52,17 +52,20 @@ int cmd_chat(int argc, char** argv) {
       {"chunk", "N", "prefill chunk size (0 = whole prompt in one call)", "0"},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs()) specs.push_back(s);
+  for (auto& s : memory_option_specs()) specs.push_back(s);
   Args args("chat", "talk with the model in the terminal", "ds41 chat [-m DIR] [--think] [--system TEXT]", specs);
   if (!args.parse(argc, argv)) return 0;
   const std::string dir = model_dir_or_demo(args);
   Tokenizer tok = load_model_tokenizer(dir, args.get_or("tokenizer", ""));
   const SamplerOptions so = sampler_options_from(args);
+  const Model::LoadOptions load_options = load_options_arg(args);
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   std::unique_ptr<Model> model;
   {
     ProgressBar bar("loading");
-    model = Model::load(dir, [&](const char* stage, int64_t d, int64_t t) { bar.update(stage, d, t); });
+    model = Model::load(dir, [&](const char* stage, int64_t d, int64_t t) { bar.update(stage, d, t); }, load_options);
   }
+  report_memory_plan(*model);
   model->restrict_output_ids(tok.ids_with_a_token(model->config().vocab_size));  // never an id without a token
   Conversation conv(*model, tok, so, &pool);
   conv.set_system(args.get_or("system", ""));

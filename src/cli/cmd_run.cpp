@@ -90,6 +90,7 @@ int cmd_run(int argc, char** argv) {
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs(0.0, 1.0)) specs.push_back(s);
   specs.insert(specs.end(), kDsparkRunOptions.begin(), kDsparkRunOptions.end());
+  for (auto& s : memory_option_specs()) specs.push_back(s);
   Args args("run", "generate an answer to a prompt (text with -p, or token ids with --tokens)",
             "ds41 run [DIR | -m DIR] -p TEXT|- | -f FILE [--image FILE ...] [--system S] [--think|--no-think] [--effort N] [-n N] [--temp T] [--json]\n"
             "       ds41 run [DIR | -m DIR] --tokens 0,5,9,... [--image FILE ...] [-n N] [--json]\n"
@@ -128,14 +129,16 @@ int cmd_run(int argc, char** argv) {
   std::optional<Tokenizer> tok;
   if (text_mode) tok.emplace(load_model_tokenizer(dir, args.get_or("tokenizer", "")));
 
+  const Model::LoadOptions load_options = load_options_arg(args);  // checked before the load
   ThreadPool pool(resolve_threads(args.get_int("threads", 0)));
   auto t_load = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model;
   {
     ProgressBar bar("loading");
-    model = Model::load(dir, [&](const char* stage, int64_t d, int64_t t) { bar.update(stage, d, t); });
+    model = Model::load(dir, [&](const char* stage, int64_t d, int64_t t) { bar.update(stage, d, t); }, load_options);
     if (args.flag("mlock")) lock_model_weights(model->weights());
   }
+  report_memory_plan(*model);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   // Text out: ids the tokenizer has no token for (the model's padding rows) are never generated.
   if (tok) model->restrict_output_ids(tok->ids_with_a_token(model->config().vocab_size));

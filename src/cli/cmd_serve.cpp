@@ -101,6 +101,7 @@ int cmd_serve(int argc, char** argv) {
       {"drain-timeout", "S", "on SIGTERM/SIGINT: seconds answers in progress may take to finish", "30"},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs()) specs.push_back(s);
+  for (auto& s : memory_option_specs()) specs.push_back(s);
   Args args("serve", "serve the model over an OpenAI- and Anthropic-compatible HTTP API",
             "ds41 serve -m DIR [--host 127.0.0.1] [--port 8080] [--max-batch N] [--ctx N] [--api-key K]", specs);
   if (!args.parse(argc, argv)) return 0;
@@ -138,11 +139,14 @@ int cmd_serve(int argc, char** argv) {
   if (!(drain_s >= 0)) throw Error("--drain-timeout must be >= 0");
 
   TextSide text(dir, args.get_or("tokenizer", ""));
+  const Model::LoadOptions load_options = load_options_arg(args);
   std::unique_ptr<Model> model;
   {
     ProgressBar bar("loading " + dir);
-    model = Model::load(dir, [&](const char* stage, int64_t done, int64_t total) { bar.update(stage, done, total); });
+    model = Model::load(dir, [&](const char* stage, int64_t done, int64_t total) { bar.update(stage, done, total); },
+                        load_options);
   }
+  report_memory_plan(*model);
   // The model's padding rows (ids the tokenizer has no token for) are never generated.
   model->restrict_output_ids(text.tokenizer().ids_with_a_token(model->config().vocab_size));
   eo.max_context = context_length_arg(args, model->config().max_seq_len);

@@ -82,4 +82,25 @@ Tokenizer load_model_tokenizer(const std::string& dir, const std::string& overri
   return Tokenizer::load(file.string());
 }
 
+std::vector<OptionSpec> memory_option_specs() {
+  return {{"mem-budget", "SIZE",
+           "memory the model may use, in GiB or with a unit (512M, 24G); where the weights a token reads whole do "
+           "not fit, the routed experts are read from disk through a cache (default: available memory minus a margin)",
+           ""},
+          {"io-threads", "N", "reads in flight when routed experts are read from disk", "8"}};
+}
+
+Model::LoadOptions load_options_arg(const Args& args) {
+  Model::LoadOptions o;
+  if (auto v = args.get("mem-budget")) o.mem_budget = parse_memory_size(*v);
+  const int64_t io = args.get_int("io-threads", 8);
+  if (io < 1 || io > 256) throw Error("--io-threads must be between 1 and 256");
+  o.io_threads = int(io);
+  return o;
+}
+
+void report_memory_plan(const Model& model) {
+  std::fprintf(stderr, "ds41: %s\n", model.memory_plan().summary().c_str());
+}
+
 }  // namespace ds41::cli

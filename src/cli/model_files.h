@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "model/model.h"
 #include "text/tokenizer.h"
 
 namespace ds41::cli {
@@ -24,6 +25,13 @@ std::string demo_model_dir();
 // --ctx / -c: the context length in tokens, 0 or above the model's max_seq_len meaning
 // max_seq_len (the latter with a warning on stderr); negative is an error.
 int64_t context_length_arg(const Args& args, int64_t max_seq_len);
+
+// --mem-budget SIZE and --io-threads N of the commands that load a model (run, chat, serve,
+// bench): their option specs, and the Model::LoadOptions they give (model/expert_cache.h).
+std::vector<OptionSpec> memory_option_specs();
+Model::LoadOptions load_options_arg(const Args& args);
+// The memory plan chosen at load, one line on stderr ("ds41: memory budget ...").
+void report_memory_plan(const Model& model);
 
 // `override_file` if given, else DIR/tokenizer.json; throws ds41::Error naming what is missing.
 Tokenizer load_model_tokenizer(const std::string& dir, const std::string& override_file);

@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <sys/resource.h>
 
 #include "base/byte_buffer.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "io/direct_reader.h"
 #include "kernels/gemm.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/simd_kernels.h"
@@ -240,6 +245,8 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   std::vector<float> logits;
   std::vector<int32_t> token{int32_t(c.bos_token_id)};
   DecodeBytes sum;
+  ExpertCache* cache = m.weights().expert_cache.get();
+  if (cache) cache->reset_stats();
   std::vector<double> step_seconds;
   SamplerOptions sampled;
   sampled.temperature = 1.0;
@@ -283,7 +290,64 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
   if (head_screen && !screen) f.head_fallbacks = steps;  // a head without a screen: the full product
   f.bytes.weights = sum.weights / steps;
   f.bytes.kv = sum.kv / steps;
+  if (cache) {
+    f.experts_streamed = true;
+    f.experts = cache->stats();
+  }
   return f;
+}
+
+DiskFigures measure_disk(const std::string& file, const std::vector<int64_t>& random_sizes, int threads, double seconds) {
+  DiskFigures d;
+  DirectReader reader(threads);
+  const int f = reader.open(file);
+  d.direct = reader.direct(f);
+  std::error_code ec;
+  const uint64_t size = uint64_t(std::filesystem::file_size(file, ec));
+  if (ec || size < (uint64_t(8) << 20)) return d;
+  int64_t largest = int64_t(4) << 20;
+  for (int64_t s : random_sizes) largest = std::max(largest, s);
+  const int depth = std::max(1, threads);
+  ByteBuffer buffers(size_t(std::max<int64_t>(largest * depth, int64_t(ByteBuffer::kHugePageBytes))));
+  // Keeps `depth` reads of `bytes` in flight for about `seconds`; next(i) gives the i-th offset.
+  const auto run = [&](int64_t bytes, const std::function<uint64_t(int64_t)>& next) {
+    std::mutex mu;
+    std::condition_variable cv;
+    int in_flight = 0;
+    int64_t issued = 0, done_bytes = 0;
+    std::string error;
+    const auto t0 = Clock::now();
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      const bool time_left = seconds_since(t0) < seconds;
+      while (time_left && in_flight < depth) {
+        const uint64_t at = next(issued) % (size - uint64_t(bytes)) / DirectReader::kAlign * DirectReader::kAlign;
+        uint8_t* dest = buffers.data() + (issued % depth) * largest;
+        ++in_flight;
+        ++issued;
+        reader.submit(f, at, uint64_t(bytes), dest, [&, bytes](const std::string* e) {
+          std::lock_guard<std::mutex> g(mu);
+          if (e && error.empty()) error = *e;
+          done_bytes += bytes;
+          --in_flight;
+          cv.notify_all();
+        });
+      }
+      if (!time_left && in_flight == 0) break;
+      cv.wait(lock);
+    }
+    if (!error.empty()) throw Error("bench: disk measurement: " + error);
+    return double(done_bytes) / seconds_since(t0);
+  };
+  const int64_t chunk = int64_t(4) << 20;
+  d.sequential_bytes_per_s = run(chunk, [&](int64_t i) { return uint64_t(i * chunk) % (size - uint64_t(chunk)); });
+  std::mt19937_64 rng(7);
+  for (int64_t bytes : random_sizes) {
+    const int64_t aligned = (bytes + int64_t(DirectReader::kAlign) - 1) / int64_t(DirectReader::kAlign) * int64_t(DirectReader::kAlign);
+    if (uint64_t(aligned) >= size) continue;
+    d.random_bytes_per_s.push_back({aligned, run(aligned, [&](int64_t) { return rng(); })});
+  }
+  return d;
 }
 
 WarmUp bench_warm_up(const Model& m, int64_t tokens, int64_t steps, ThreadPool* pool) {

@@ -83,6 +83,10 @@ struct DecodeFigure {
   double head_candidates = 0;  // mean rows per step whose exact logit was computed
   int64_t head_fallbacks = 0;
   int64_t head_skipped = 0;
+  // Routed experts streamed from disk (the model is larger than its memory budget): the expert
+  // cache's counts over the timed steps.
+  bool experts_streamed = false;
+  ExpertCacheStats experts;
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
   double median_tokens_per_s() const { return median_step_seconds > 0 ? 1.0 / median_step_seconds : 0; }
 };
@@ -94,6 +98,16 @@ PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, Se
 // head screen (the path greedy generation takes).
 DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool,
                           bool head_screen = false);
+
+// The disk the checkpoint lies on, read the way the expert cache reads it (io/direct_reader.h:
+// O_DIRECT where allowed, `threads` reads in flight): sequential 4 MiB reads, then random reads of
+// each size in `random_sizes`, about `seconds` each, at random aligned places of `file`.
+struct DiskFigures {
+  bool direct = false;  // false: the file system refused O_DIRECT (reads went through the page cache)
+  double sequential_bytes_per_s = 0;
+  std::vector<std::pair<int64_t, double>> random_bytes_per_s;  // (read size, bytes/s)
+};
+DiskFigures measure_disk(const std::string& file, const std::vector<int64_t>& random_sizes, int threads, double seconds);
 
 // The median of several runs of one length (each a PrefillFigure of one run), with every run's
 // seconds kept; `runs` must not be empty.

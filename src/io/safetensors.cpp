@@ -526,6 +526,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     t.data = map_.data + h.data_start + e.begin;
     t.nbytes = size_t(e.end - e.begin);
     t.file = path_;
+    t.file_offset = h.data_start + e.begin;
     tensors_.push_back(std::move(t));
   }
   // Entries come sorted by name from the parser, so find() can binary search.

@@ -47,6 +47,7 @@ struct TensorInfo {
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
   std::string file;  // path of the .safetensors file holding the data
+  uint64_t file_offset = 0;  // where the data starts in that file (for reads that bypass the mapping)
 
   int64_t numel() const;
   std::span<const uint8_t> bytes() const { return {data, nbytes}; }

@@ -259,7 +259,8 @@ ModelConfig parse_flat_config(const json& j, const std::string& label) {
 
 void apply_flat_fields(ModelConfig& c, const json& fields, const std::string& label) {
   FieldReader r(fields, label, "");
-  for (const auto& [key, value] : fields.items()) {
+  for (const auto& item : fields.items()) {
+    const std::string& key = item.key();  // not a structured binding: clang cannot capture one
     const auto& all = config_fields();
     auto f = std::find_if(all.begin(), all.end(), [&](const ConfigField& x) { return key == x.name; });
     if (f == all.end()) throw Error(label + ": '" + key + "' is not a config field");

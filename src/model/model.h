@@ -22,6 +22,7 @@
 #include "model/head_screen.h"
 #include "model/layer_plan.h"
 #include "model/sequence_state.h"
+#include "model/expert_cache.h"
 #include "model/weights.h"
 
 namespace ds41 {
@@ -143,7 +144,17 @@ class Model {
   // and prepares the weights (zero-copy where the layout allows). `progress(stage, done, total)`
   // reports the steps for a progress display: "validating" (tensors), "preparing" (layers).
   using LoadProgress = std::function<void(const char* stage, int64_t done, int64_t total)>;
+  // Within a memory budget (model/expert_cache.h, MemoryPlan): where the weights a token reads
+  // whole do not fit, the routed experts are streamed from disk through an ExpertCache; a budget
+  // too small even for that is refused (Error) with the smallest one that runs.
+  struct LoadOptions {
+    int64_t mem_budget = 0;    // bytes; 0: default_memory_budget()
+    int64_t expert_slots = 0;  // > 0: stream the routed experts through this many slots whatever the budget
+    int io_threads = 8;        // reads in flight for the expert cache
+  };
   static std::unique_ptr<Model> load(const std::string& dir, const LoadProgress& progress = {});
+  static std::unique_ptr<Model> load(const std::string& dir, const LoadProgress& progress, const LoadOptions& options);
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
 
   const ModelConfig& config() const { return config_; }
   const ModelPlan& plan() const { return plan_; }
@@ -247,6 +258,7 @@ class Model {
   std::vector<int32_t> output_disallowed_;  // the ids it excludes, ascending
   ModelPlan plan_;
   ModelWeights weights_;
+  MemoryPlan memory_plan_;
   mutable std::once_flag head_screen_once_;
   mutable std::unique_ptr<HeadScreen> head_screen_;
   mutable HeadScreenBackoff head_screen_backoff_;

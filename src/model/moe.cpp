@@ -12,6 +12,7 @@
 #include "kernels/vector_exp.h"
 #include "kernels/numeric_formats.h"
 #include "kernels/topk.h"
+#include "model/expert_cache.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -155,6 +156,33 @@ void group_by_key(int64_t n, int64_t groups, const Key& key, std::vector<int64_t
   }
 }
 
+// Guesses the experts of the plan layer after `lp` from this layer's MoE input xf [S][dim] (the
+// next router's top-k with its bias) and asks the cache to read them. Decode-sized calls only, and
+// only when the cache holds several layers' worth of experts beside this call's.
+void prefetch_next_layer(ForwardContext& ctx, const LayerPlan& lp, const float* xf, int S, ExpertCache* cache,
+                         size_t in_use) {
+  if (!cache->prefetch_enabled || S > 4 || size_t(lp.id) + 1 >= ctx.plan.layers.size()) return;
+  const LayerPlan& next = ctx.plan.layers[size_t(lp.id) + 1];
+  if (next.is_dspark != lp.is_dspark || next.routed_experts <= 0) return;
+  const int En = next.routed_experts, kn = next.activated_experts;
+  if (cache->slots() < int64_t(4) * int64_t(in_use + size_t(kn) * size_t(S))) return;
+  const BlockWeights& nw = ctx.weights.blocks[size_t(next.id)];
+  DS41_SCRATCH(float, guess_scores, int64_t(S) * En);
+  linear_f32_wbf16(xf, S, nw.gate_w, En, ctx.cfg.dim, guess_scores.data(), ctx.pool);
+  const ScoreFunc score_func = parse_score_func(ctx.cfg.score_func);
+  DS41_SCRATCH_EMPTY(int32_t, guess);
+  for (int s = 0; s < S; ++s) {
+    float* row = guess_scores.data() + int64_t(s) * En;
+    apply_score_function(score_func, row, En, En);
+    for (int e = 0; e < En; ++e) row[e] += nw.gate_bias[e];
+    DS41_SCRATCH_EMPTY(int32_t, top);
+    torch_topk_largest(row, En, kn, /*sorted=*/true, top);
+    for (int32_t e : top)
+      if (std::find(guess.begin(), guess.end(), e) == guess.end()) guess.push_back(e);
+  }
+  cache->prefetch(next.id, guess.data(), int(guess.size()));
+}
+
 }  // namespace
 
 void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x, uint16_t* y) {
@@ -223,52 +251,89 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     });
   const auto expert_input = [&](int64_t r0) { return one_token ? x : xin.data() + r0 * D; };
   DS41_SCRATCH_UNINIT(uint16_t, shared, int64_t(S) * D, 0);  // shared expert (FP8, no routing weight)
-  if (R <= kBatchedExpertRows) {
-    // Rows of the routed experts first (width I), then the shared expert's S rows (width Is).
-    int64_t I = 0;  // every routed expert of a layer has the same width
-    for (int e = 0; e < E && I == 0; ++e)
-      if (first[size_t(e) + 1] > first[size_t(e)]) I = w.experts[size_t(e)].w1.N;
-    const int64_t Is = w.shared.w1.N, H = R * I + S * Is;
-    DS41_SCRATCH_UNINIT(uint16_t, g, H, 0);  // all three written whole before they are read
-    DS41_SCRATCH_UNINIT(uint16_t, u, H, 0);
-    DS41_SCRATCH_UNINIT(uint16_t, h, H, 0);
-    DS41_SCRATCH_EMPTY(QuantizedLinearJob, jobs);
+  // The experts the rows use, ascending. With routed experts streamed from disk (the model is
+  // larger than the memory budget, model/expert_cache.h) they run in waves of at most the cache's
+  // slots: a wave's missing experts are read together, then its products run on views into the
+  // slots. Every expert's rows are its own, so waves change no value.
+  ExpertCache* cache = ctx.weights.expert_cache.get();
+  DS41_SCRATCH_EMPTY(int32_t, used);
+  scratch_reserve(used, size_t(E));
+  for (int e = 0; e < E; ++e)
+    if (first[size_t(e) + 1] > first[size_t(e)]) used.push_back(e);
+  DS41_SCRATCH_UNINIT(const ExpertWeights*, view, E, 0);
+  for (int e = 0; e < E; ++e) view[size_t(e)] = &w.experts[size_t(e)];
+  DS41_SCRATCH_UNINIT(const ExpertWeights*, fetched, E, 0);
+  const size_t wave_max = cache ? size_t(cache->slots()) : std::max<size_t>(1, used.size());
+  const bool batched = R <= kBatchedExpertRows;
+  // Every routed expert of a layer has the same width.
+  const int64_t I = used.empty() ? 0 : w.experts[size_t(used[0])].w1.N;
+  const int64_t Is = w.shared.w1.N, H = R * I + S * Is;
+  DS41_SCRATCH_UNINIT(uint16_t, g, batched ? H : 0, 0);  // all three written whole before they are read
+  DS41_SCRATCH_UNINIT(uint16_t, u, batched ? H : 0, 0);
+  DS41_SCRATCH_UNINIT(uint16_t, h, batched ? H : 0, 0);
+  DS41_SCRATCH_EMPTY(QuantizedLinearJob, jobs);
+  if (batched) {
     // Room for the most any routing of these S rows can ask for (w1 and w3 of every expert and
     // the shared one): how the rows fall on the experts changes from call to call, and a decode
     // call must not allocate (a verification call of several rows included).
     scratch_reserve(jobs, size_t(2 * E + 2));
     const int64_t widest = std::max({D, I, Is});
     reserve_quantized_batch(2 * E + 2, int64_t(S) * (k + 1), widest, widest);
-    for (int e = 0; e < E; ++e) {
-      const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
-      if (n == 0) continue;
-      const ExpertWeights& ew = w.experts[size_t(e)];
-      jobs.push_back({expert_input(r0), n, nullptr, &ew.w1, g.data() + r0 * I});
-      jobs.push_back({expert_input(r0), n, nullptr, &ew.w3, u.data() + r0 * I});
+  }
+  for (size_t u0 = 0;;) {
+    const size_t u1 = std::min(used.size(), u0 + wave_max);
+    const bool with_shared = u0 == 0;
+    if (cache && u1 > u0) {
+      cache->acquire(lp.id, used.data() + u0, int(u1 - u0), fetched.data());
+      for (size_t i = u0; i < u1; ++i) view[size_t(used[i])] = fetched[i - u0];
+      // While this layer computes, the next layer's likely experts are read: its router applied
+      // to this layer's input (the residual stream changes little from one layer to the next).
+      // A guess only: acquire() reads whatever the next router really picks.
+      if (u0 == 0) prefetch_next_layer(ctx, lp, xf.data(), S, cache, used.size());
     }
-    jobs.push_back({x, S, &w.shared.w1, nullptr, g.data() + R * I});
-    jobs.push_back({x, S, &w.shared.w3, nullptr, u.data() + R * I});
-    linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
-    const SwigluPart parts[] = {{g.data(), u.data(), h.data(), R, I, rw.data()},
-                                {g.data() + R * I, u.data() + R * I, h.data() + R * I, S, Is, nullptr}};
-    swiglu_parts(parts, 2, limit, ctx.pool);
-    jobs.clear();
-    for (int e = 0; e < E; ++e) {
-      const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
-      if (n > 0) jobs.push_back({h.data() + r0 * I, n, nullptr, &w.experts[size_t(e)].w2, out.data() + r0 * D});
+    if (batched) {
+      // The wave's routed rows (contiguous: its experts are consecutive in ascending order), then
+      // in the first wave the shared expert's S rows (width Is).
+      const int64_t rb = u1 > u0 ? first[size_t(used[u0])] : 0, re = u1 > u0 ? first[size_t(used[u1 - 1]) + 1] : 0;
+      jobs.clear();
+      for (size_t i = u0; i < u1; ++i) {
+        const int e = used[i];
+        const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
+        jobs.push_back({expert_input(r0), n, nullptr, &view[size_t(e)]->w1, g.data() + r0 * I});
+        jobs.push_back({expert_input(r0), n, nullptr, &view[size_t(e)]->w3, u.data() + r0 * I});
+      }
+      if (with_shared) {
+        jobs.push_back({x, S, &w.shared.w1, nullptr, g.data() + R * I});
+        jobs.push_back({x, S, &w.shared.w3, nullptr, u.data() + R * I});
+      }
+      linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
+      const SwigluPart parts[] = {
+          {g.data() + rb * I, u.data() + rb * I, h.data() + rb * I, re - rb, I, rw.data() + rb},
+          {g.data() + R * I, u.data() + R * I, h.data() + R * I, with_shared ? S : 0, Is, nullptr}};
+      swiglu_parts(parts, 2, limit, ctx.pool);
+      jobs.clear();
+      for (size_t i = u0; i < u1; ++i) {
+        const int e = used[i];
+        const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
+        jobs.push_back({h.data() + r0 * I, n, nullptr, &view[size_t(e)]->w2, out.data() + r0 * D});
+      }
+      if (with_shared) jobs.push_back({h.data() + R * I, S, &w.shared.w2, nullptr, shared.data()});
+      linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
+    } else {
+      for (size_t i = u0; i < u1; ++i) {
+        const int e = used[i];
+        const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
+        const ExpertWeights& ew = *view[size_t(e)];
+        expert_rows<Fp4Matrix>(expert_input(r0), n, ew.w1, ew.w2, ew.w3, rw.data() + r0, limit, out.data() + r0 * D,
+                               ctx.pool, &linear_fp4);
+      }
+      if (with_shared)
+        expert_rows<Fp8Matrix>(x, S, w.shared.w1, w.shared.w2, w.shared.w3, nullptr, limit, shared.data(), ctx.pool,
+                               &linear_fp8);
     }
-    jobs.push_back({h.data() + R * I, S, &w.shared.w2, nullptr, shared.data()});
-    linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
-  } else {
-    for (int e = 0; e < E; ++e) {
-      const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
-      if (n == 0) continue;
-      const ExpertWeights& ew = w.experts[size_t(e)];
-      expert_rows<Fp4Matrix>(expert_input(r0), n, ew.w1, ew.w2, ew.w3, rw.data() + r0, limit, out.data() + r0 * D,
-                             ctx.pool, &linear_fp4);
-    }
-    expert_rows<Fp8Matrix>(x, S, w.shared.w1, w.shared.w2, w.shared.w3, nullptr, limit, shared.data(), ctx.pool,
-                           &linear_fp8);
+    if (cache && u1 > u0) cache->release(lp.id, used.data() + u0, int(u1 - u0));
+    u0 = u1;
+    if (u0 >= used.size()) break;
   }
   // Each token's rows in ascending row order, which is ascending expert: its contributions are
   // added in that order (from 0.0f), then the shared expert's. Tokens in parallel.

@@ -2,6 +2,7 @@
 // (Engram, attention and MoE between hc_pre / hc_post, single-pass coefficients) -> collapse with
 // the last FFN pre-mix -> final norm -> fp32 head.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <filesystem>
@@ -33,6 +34,10 @@ bool rowwise_key_reading(const ForwardOptions& opt, const SequenceState& state) 
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& progress) {
+  return load(dir, progress, LoadOptions{});
+}
+
+std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& progress, const LoadOptions& options) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir + ": not a directory (expected a checkpoint directory)");
   std::unique_ptr<Model> m(new Model());
   m->config_ = load_model_dir_config(dir);
@@ -43,9 +48,50 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   if (progress) progress("validating", 0, n_tensors);
   check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
   if (progress) progress("validating", n_tensors, n_tensors);
+
+  // The memory plan: the routed experts are streamed when every tensor read whole does not fit.
+  MemoryPlan& mp = m->memory_plan_;
+  mp.budget = options.mem_budget > 0 ? options.mem_budget : default_memory_budget(&mp.budget_source);
+  if (options.mem_budget > 0) mp.budget_source = "--mem-budget";
+  int64_t mapped_resident = 0;
+  for (const TensorInfo& t : store->tensors()) {
+    const WeightUse use = weight_use(t.name);
+    if (use == WeightUse::RoutedExpert) mp.expert_bytes += int64_t(t.nbytes);
+    else if (use == WeightUse::EngramTable) mp.engram_bytes += int64_t(t.nbytes);
+    else mapped_resident += int64_t(t.nbytes);
+  }
+  mp.stream_experts = options.expert_slots > 0 ||
+                      mapped_resident + load_buffer_bytes_estimate(*store) + mp.expert_bytes > mp.budget;
+  WeightLoadOptions wo;
+  wo.memory_bytes = std::min(mp.budget, physical_ram_bytes());
+  wo.experts_streamed = mp.stream_experts;
   m->weights_ = load_model_weights(store, m->config_, m->plan_, [&](int64_t done, int64_t total) {
     if (progress) progress("preparing", done, total);
-  });
+  }, wo);
+  int64_t owned = 0;
+  for (const ByteBuffer& b : m->weights_.owned) owned += int64_t(b.size());
+  mp.resident_bytes = mapped_resident + owned;
+  if (mp.stream_experts) {
+    mp.slot_bytes = ExpertCache::slot_bytes_for(*store, m->config_, m->plan_);
+    int most_active = 1;  // the experts one token uses in a layer: what a slot count below cannot hold
+    for (const LayerPlan& lp : m->plan_.layers) most_active = std::max(most_active, lp.activated_experts);
+    mp.minimum_budget = mp.resident_bytes + int64_t(most_active) * mp.slot_bytes;
+    mp.slots = options.expert_slots > 0 ? options.expert_slots : (mp.budget - mp.resident_bytes) / std::max<int64_t>(1, mp.slot_bytes);
+    if (options.expert_slots <= 0 && mp.slots < most_active)
+      throw Error(dir + ": a memory budget of " + format_gib(mp.budget) + " (" + mp.budget_source +
+                  ") is too small for this model: it needs at least " + format_gib(mp.minimum_budget) + " (" +
+                  std::to_string(mp.minimum_budget) + " bytes: " + format_gib(mp.resident_bytes) +
+                  " of weights every token reads, plus " + std::to_string(most_active) + " routed experts of " +
+                  format_gib(mp.slot_bytes) + " streamed from disk); give --mem-budget " +
+                  std::to_string((mp.minimum_budget + (1 << 20) - 1) >> 20) + "M or more");
+    int64_t total_experts = 0;
+    for (const LayerPlan& lp : m->plan_.layers) total_experts += lp.routed_experts;
+    mp.slots = std::min(mp.slots, std::max<int64_t>(total_experts, 1));
+    m->weights_.expert_cache =
+        std::make_shared<ExpertCache>(*store, m->config_, m->plan_, mp.slots, std::max(1, options.io_threads));
+    if (const char* p = std::getenv("DS41_EXPERT_PREFETCH"); p && std::string(p) == "off")
+      m->weights_.expert_cache->prefetch_enabled = false;
+  }
   if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);

@@ -198,16 +198,21 @@ void load_model_tensor(Loader& L, const ModelTensor& t, ModelWeights& w, VisionW
 }  // namespace
 
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& config, const ModelPlan& plan,
-                                const std::function<void(int64_t, int64_t)>& on_layer) {
+                                const std::function<void(int64_t, int64_t)>& on_layer,
+                                const WeightLoadOptions& options) {
   ModelWeights w;
   w.store = store;
-  advise_model_weights(*store);  // before the first read below: the hints decide the folio sizes
+  const int64_t memory = options.memory_bytes > 0 ? options.memory_bytes : physical_ram_bytes();
+  advise_model_weights(*store, memory, options.experts_streamed);  // before the first read below: the hints decide the folio sizes
   Loader L(*store, w);
   {
-    const char* mode = std::getenv("DS41_DECODE_COPIES");
+    // With the experts streamed from disk the budget is better spent on expert slots than on
+    // decode copies (the disk, not the kernels, sets the speed then).
+    const char* mode = options.experts_streamed ? "none" : std::getenv("DS41_DECODE_COPIES");
     const DecodeCopies copies = plan_decode_copies(
         mode ? mode : "", fp8_decode_reads_rows16() ? fp8_decode_copy_bytes(*store) : 0,
-        fp4_decode_reads_rows16() ? fp4_decode_copy_bytes(*store) : 0, streamed_tensor_bytes(*store), physical_ram_bytes());
+        fp4_decode_reads_rows16() && !options.experts_streamed ? fp4_decode_copy_bytes(*store) : 0,
+        streamed_tensor_bytes(*store, options.experts_streamed), memory);
     L.fp8_rows16 = copies.fp8;
     L.fp4_rows16 = copies.fp4;
   }
@@ -348,20 +353,37 @@ int64_t fp4_decode_copy_bytes(const TensorStore& store) {
   return bytes;
 }
 
-int64_t physical_ram_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)); }
-
-int64_t streamed_tensor_bytes(const TensorStore& store) {
+int64_t load_buffer_bytes_estimate(const TensorStore& store) {
   int64_t bytes = 0;
   for (const TensorInfo& t : store.tensors()) {
-    const WeightUse use = weight_use(t.name);
-    if (use == WeightUse::Always || use == WeightUse::RoutedExpert) bytes += int64_t(t.nbytes);
+    const int64_t n = int64_t(t.nbytes);
+    if (t.name == kHeadTensor) bytes += n;  // the packed copy
+    else if (t.name.find(".attn.wo_a.weight") != std::string::npos) bytes += 4 * n;  // bf16 values, then packed
+    else if ((t.name.find("hc_attn_fn") != std::string::npos || t.name.find("hc_ffn_fn") != std::string::npos) &&
+             t.shape.size() == 2)
+      bytes += transposed_hc_projection_size(int(t.shape[0]), t.shape[1]) * int64_t(sizeof(float));
+    else if (t.dtype == DType::BF16 && t.name.find("confidence_head") != std::string::npos) bytes += 2 * n;
+    else if (t.dtype == DType::BF16 && t.name.find("vision.") == 0 && t.name.find("norm") != std::string::npos) bytes += 2 * n;
+    // Values the file does not align for their type are copied (Loader::aligned).
+    const uintptr_t at = reinterpret_cast<uintptr_t>(t.data);
+    if ((t.dtype == DType::BF16 && at % 2) || (t.dtype == DType::F32 && at % 4)) bytes += n;
   }
   return bytes;
 }
 
-void advise_model_weights(const TensorStore& store) {
-  const int64_t streamed = streamed_tensor_bytes(store);
-  const int64_t ram = physical_ram_bytes();
+int64_t physical_ram_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)); }
+
+int64_t streamed_tensor_bytes(const TensorStore& store, bool experts_streamed) {
+  int64_t bytes = 0;
+  for (const TensorInfo& t : store.tensors()) {
+    const WeightUse use = weight_use(t.name);
+    if (use == WeightUse::Always || (use == WeightUse::RoutedExpert && !experts_streamed)) bytes += int64_t(t.nbytes);
+  }
+  return bytes;
+}
+
+void advise_model_weights(const TensorStore& store, int64_t ram, bool experts_streamed) {
+  const int64_t streamed = streamed_tensor_bytes(store, experts_streamed);
   int64_t table_bytes = 0;
   for (const TensorInfo& t : store.tensors())
     if (weight_use(t.name) == WeightUse::EngramTable) table_bytes += int64_t(t.nbytes);
@@ -369,7 +391,7 @@ void advise_model_weights(const TensorStore& store) {
   for (const TensorInfo& t : store.tensors()) {
     const WeightUse use = weight_use(t.name);
     if (use == WeightUse::Always ||
-        (use == WeightUse::RoutedExpert && routed_expert_huge_pages(int64_t(t.nbytes), streamed, ram)))
+        (use == WeightUse::RoutedExpert && !experts_streamed && routed_expert_huge_pages(int64_t(t.nbytes), streamed, ram)))
       advise(t.data, t.nbytes, MADV_HUGEPAGE);
     else if (use == WeightUse::Embedding) {
       advise(t.data, t.nbytes, MADV_RANDOM);
@@ -385,7 +407,7 @@ int64_t lock_model_weights(const ModelWeights& w) {
   if (!w.store) return 0;
   for (const TensorInfo& t : w.store->tensors()) {
     const WeightUse use = weight_use(t.name);
-    if (use != WeightUse::Always && use != WeightUse::RoutedExpert) continue;
+    if (use != WeightUse::Always && (use != WeightUse::RoutedExpert || w.expert_cache)) continue;
     if (!t.data || t.nbytes == 0) continue;
     const auto [p, n] = page_range(t.data, t.nbytes);
     if (mlock(p, n) != 0) {

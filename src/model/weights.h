@@ -22,6 +22,7 @@ namespace ds41 {
 struct ExpertWeights {
   Fp4Matrix w1, w2, w3;
 };
+class ExpertCache;
 struct SharedExpertWeights {
   Fp8Matrix w1, w2, w3;
 };
@@ -127,6 +128,10 @@ struct ModelWeights {
   // Bytes of the rows16 copies load made for the one-row decode kernels (plan_decode_copies).
   int64_t fp8_copy_bytes = 0, fp4_copy_bytes = 0;
 
+  // Set when the routed experts are streamed from disk (model larger than the memory budget,
+  // model/expert_cache.h): the MoE reads them through it, never through `blocks[l].experts`.
+  std::shared_ptr<ExpertCache> expert_cache;
+
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;
   std::vector<ByteBuffer> owned;
@@ -137,8 +142,17 @@ struct ModelWeights {
 // vision tower's tensors are loaded when the config has vision layers.
 // Applies the residency hints of advise_model_weights, and MADV_DONTNEED on the head's mapping
 // once it is packed.
+// `memory_bytes`: what the load's memory decisions (decode copies) count as the machine's memory
+// (0: physical RAM); `experts_streamed`: the routed experts will be read through an ExpertCache, so
+// they get no huge-page advice (nothing reads their mapping), and no decode copies are made (the
+// budget goes to expert slots: the disk sets the speed then).
+struct WeightLoadOptions {
+  int64_t memory_bytes = 0;
+  bool experts_streamed = false;
+};
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& config, const ModelPlan& plan,
-                                const std::function<void(int64_t, int64_t)>& on_layer = {});
+                                const std::function<void(int64_t, int64_t)>& on_layer = {},
+                                const WeightLoadOptions& options = {});
 
 // How the checkpoint's tensors are used, for memory hints (issue #10). Every token reads the
 // "always" tensors; a routed expert is read when the router picks it; Engram table rows are read
@@ -162,11 +176,13 @@ WeightUse weight_use(const std::string& tensor_name);
 // the Engram tables where they fit (engram_tables_read_ahead).
 // (The buffers materialised at load are advised MADV_HUGEPAGE when allocated,
 // base/byte_buffer.h.) Advisory: failures are ignored.
-void advise_model_weights(const TensorStore& store);
+// `ram`: the memory the decisions count with (the budget, or physical RAM); `experts_streamed`:
+// the routed experts are read through an ExpertCache (their mapping gets no advice).
+void advise_model_weights(const TensorStore& store, int64_t ram, bool experts_streamed = false);
 
 // Bytes of the tensors read whole (every token's and the routed experts): what advise_model_weights
 // puts on 2 MiB pages where it can.
-int64_t streamed_tensor_bytes(const TensorStore& store);
+int64_t streamed_tensor_bytes(const TensorStore& store, bool experts_streamed = false);
 
 // Whether routed experts get MADV_HUGEPAGE: when every tensor read whole (every token's and the
 // experts, `streamed_bytes`) fits in half the machine's RAM, each is read from disk once and huge
@@ -203,6 +219,10 @@ DecodeCopies plan_decode_copies(const std::string& mode, int64_t fp8_bytes, int6
 int64_t fp8_decode_copy_bytes(const TensorStore& store);
 // Bytes of the FP4 weights (the experts, routed and the draft head's) that would get rows16 copies.
 int64_t fp4_decode_copy_bytes(const TensorStore& store);
+// Bytes of the buffers load_model_weights makes besides the rows16 decode copies (the packed head,
+// wo_a widened to bf16 and packed, the transposed mix projections), an upper bound: what a memory
+// plan counts before loading.
+int64_t load_buffer_bytes_estimate(const TensorStore& store);
 // The machine's physical memory (sysconf).
 int64_t physical_ram_bytes();
 

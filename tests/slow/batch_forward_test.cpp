@@ -16,11 +16,7 @@
 namespace ds41 {
 namespace {
 
-std::vector<int32_t> tokens_for(int n, int seed, int64_t vocab) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(int32_t((int64_t(i) * 7919 + seed * 104729 + 17) % vocab));
-  return t;
-}
+using test::tokens_for;
 
 TEST(BatchForward, EveryRowEqualsItsSequenceSteppedAlone) {
   auto model = Model::load(test::tiny_model_dir(true));

@@ -306,7 +306,7 @@ TEST(WeightResidency, RandomlyReadTablesAreReadAheadAtLoad) {
     const double before = test::resident_fraction(t->data, t->nbytes);
     if (before < 0 || before > 0.5) GTEST_SKIP() << "the page cache kept " << t->name << " (resident fraction " << before << ")";
   }
-  advise_model_weights(store);
+  advise_model_weights(store, physical_ram_bytes());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);  // the reads are asynchronous
   for (const TensorInfo* t : tables) {
     double after = test::resident_fraction(t->data, t->nbytes);

@@ -155,6 +155,32 @@ TEST(Cli, RunSavesAndContinuesASession) {
   EXPECT_NE(bad.err.find("truncated"), std::string::npos) << bad.err;
 }
 
+// --mem-budget: a budget too small is refused with the smallest that runs; at that budget the
+// routed experts stream from disk (said on stderr) and the tokens are those of the in-RAM run,
+// with --dspark too; a malformed size is a clear error.
+TEST(Cli, MemoryBudgetStreamsExpertsWithTheSameTokens) {
+  test::TempDir tmp;
+  const std::string m = "-m " + tmp.path() + "/tiny --threads 2";
+  ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/tiny --quiet --threads 2").status, 0);
+  auto small = run_ds41("run " + m + " --tokens 1,2,3 --max-tokens 2 --mem-budget 2M");
+  EXPECT_EQ(small.status, 1);
+  const size_t at = small.err.find("give --mem-budget ");
+  ASSERT_NE(at, std::string::npos) << small.err;
+  const std::string minimum = small.err.substr(at + 18, small.err.find(' ', at + 18) - at - 18);
+  for (const std::string extra : {"", " --dspark"}) {
+    auto plain = run_ds41("run " + m + " --tokens 5,6,7,8,9 --max-tokens 12" + extra);
+    auto streamed = run_ds41("run " + m + " --tokens 5,6,7,8,9 --max-tokens 12 --mem-budget " + minimum + extra);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    ASSERT_EQ(streamed.status, 0) << streamed.err;
+    EXPECT_EQ(streamed.out, plain.out) << extra;
+    EXPECT_NE(streamed.err.find("streamed from disk through"), std::string::npos) << streamed.err;
+    EXPECT_NE(plain.err.find("the model's weights fit"), std::string::npos) << plain.err;
+  }
+  auto bad = run_ds41("run " + m + " --tokens 1 --max-tokens 1 --mem-budget 12Q");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("--mem-budget 12Q: unknown unit"), std::string::npos) << bad.err;
+}
+
 // `run --image`: each image fills the next placeholder id (129264 in the tiny preset, as released):
 // ids given with --tokens, or written by the prompt encoder for -p (a tokenizer that knows
 // <｜deepseek_image｜>); bad images and unpaired placeholders are clear errors (chunked prefill
