@@ -5,6 +5,7 @@
 // with the smallest one that runs, and that one runs.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <regex>
 #include <string>
@@ -74,14 +75,15 @@ TEST(ExpertCache, StreamedExpertsGiveTheInRamOutputsBitForBit) {
   ASSERT_FALSE(in_ram->memory_plan().stream_experts);
   ASSERT_EQ(in_ram->weights().expert_cache, nullptr);
   const auto want = transcript(*in_ram, &pool);
-  for (const int64_t slots : {int64_t{1}, int64_t{3}, int64_t{20}}) {
+  for (const int64_t slots : {int64_t{1}, int64_t{3}, int64_t{20}, int64_t{-3}}) {  // -3: 3, least recent first
     Model::LoadOptions opt;
-    opt.expert_slots = slots;
+    opt.expert_slots = std::abs(slots);
     opt.io_threads = 3;
     auto streamed = Model::load(dir, {}, opt);
+    if (slots < 0) streamed->weights().expert_cache->policy = ExpertCache::Policy::LeastRecent;
     ASSERT_TRUE(streamed->memory_plan().stream_experts);
     ASSERT_NE(streamed->weights().expert_cache, nullptr);
-    EXPECT_EQ(streamed->weights().expert_cache->slots(), slots);
+    EXPECT_EQ(streamed->weights().expert_cache->slots(), std::abs(slots));
     const auto got = transcript(*streamed, &pool);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(same_floats(got[i], want[i])) << "slots " << slots << " output " << i;

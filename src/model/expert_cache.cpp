@@ -107,12 +107,17 @@ ExpertWeights ExpertCache::views_in(const Expert& x, int64_t slot) const {
 
 int64_t ExpertCache::take_slot(std::unique_lock<std::mutex>&) {
   int64_t best = -1;
+  uint64_t best_asked = 0;
   for (int64_t i = 0; i < slots(); ++i) {
     const Slot& s = slot_state_[size_t(i)];
     if (s.state == SlotState::Empty) return i;
-    if (s.pins == 0 && s.state != SlotState::Loading &&
-        (best < 0 || s.last_use < slot_state_[size_t(best)].last_use))
+    if (s.pins != 0 || s.state == SlotState::Loading) continue;
+    const uint64_t asked = policy == Policy::LeastFrequent ? expert(s.layer, s.expert).asked : 0;
+    if (best < 0 || asked < best_asked ||
+        (asked == best_asked && s.last_use < slot_state_[size_t(best)].last_use)) {
       best = i;
+      best_asked = asked;
+    }
   }
   return best;
 }
@@ -157,6 +162,7 @@ void ExpertCache::acquire(int layer, const int32_t* ids, int n, const ExpertWeig
   taken.assign(size_t(n), -1);
   for (int i = 0; i < n; ++i) {
     Expert& x = expert(layer, ids[i]);
+    ++x.asked;
     if (x.slot >= 0 && slot_state_[size_t(x.slot)].state == SlotState::Failed && slot_state_[size_t(x.slot)].pins == 0) {
       slot_state_[size_t(x.slot)] = Slot{};  // a failed read ahead: read again below
       x.slot = -1;

@@ -91,6 +91,10 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
         std::make_shared<ExpertCache>(*store, m->config_, m->plan_, mp.slots, std::max(1, options.io_threads));
     if (const char* p = std::getenv("DS41_EXPERT_PREFETCH"); p && std::string(p) == "off")
       m->weights_.expert_cache->prefetch_enabled = false;
+    if (const char* p = std::getenv("DS41_EXPERT_POLICY"); p && *p) {
+      if (std::string(p) == "lru") m->weights_.expert_cache->policy = ExpertCache::Policy::LeastRecent;
+      else if (std::string(p) != "frequency") throw Error(std::string("DS41_EXPERT_POLICY=") + p + ": unknown (use frequency or lru)");
+    }
   }
   if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
   const ModelConfig& c = m->config_;
