@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <regex>
 #include <string>
 #include <vector>
@@ -15,16 +14,13 @@
 #include "base/thread_pool.h"
 #include "model/expert_cache.h"
 #include "model/model.h"
+#include "state_compare.h"
 #include "tiny_model.h"
 
 namespace ds41 {
 namespace {
 
 using test::tokens_for;
-
-bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Everything a model computes in one transcript: prefill logits of every position, a chunked
 // prefill, decode steps, a batched step of three sequences and DSpark drafts after the prefill.
@@ -86,7 +82,7 @@ TEST(ExpertCache, StreamedExpertsGiveTheInRamOutputsBitForBit) {
     EXPECT_EQ(streamed->weights().expert_cache->slots(), std::abs(slots));
     const auto got = transcript(*streamed, &pool);
     ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(same_floats(got[i], want[i])) << "slots " << slots << " output " << i;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(test::same_bits(got[i], want[i])) << "slots " << slots << " output " << i;
     const ExpertCacheStats st = streamed->weights().expert_cache->stats();
     EXPECT_GT(st.requests, 0);
     EXPECT_GT(st.reads, 0);

@@ -222,18 +222,26 @@ void expect_row_ranges_match(const std::vector<uint16_t>& twin, const Decode& de
   }
 }
 
-// One activation row prepared for the VBMI FP8 decode (act_quant codes and scales, digit planes).
-struct DecodeRow {
+// Activation rows prepared for a level's fp8 kernel (codes, scales, decode-order values, and the
+// VBMI digit planes where the level reads them), [M][K].
+struct Fp8DecodeRows {
   std::vector<uint8_t> codes, special;
   std::vector<float> scales, values;
   std::vector<int8_t> digits;
   simd::Fp8Activations a;
-  DecodeRow(const simd::KernelTable& kt, const uint16_t* x, int64_t K)
-      : codes(size_t(K)), special(1), scales(size_t(K / 32)), values(size_t(K)), digits(size_t(3 * K)) {
-    kt.prepare_fp8_row(x, K, codes.data(), scales.data(), values.data(), nullptr, special.data());
-    kt.prepare_fp8_digits(codes.data(), K, digits.data());
-    a = simd::Fp8Activations{values.data(), scales.data(), codes.data(), special.data(), K, digits.data()};
+  Fp8DecodeRows(const simd::KernelTable& kt, const uint16_t* x, int64_t M, int64_t K)
+      : codes(size_t(M * K)), special(size_t(M)), scales(size_t(M * K / 32)), values(size_t(M * K)),
+        digits(size_t(3 * M * K)) {
+    for (int64_t r = 0; r < M; ++r) {
+      kt.prepare_fp8_row(x + r * K, K, codes.data() + r * K, scales.data() + r * K / 32, values.data() + r * K,
+                         nullptr, special.data() + r);
+      if (kt.prepare_fp8_digits) kt.prepare_fp8_digits(codes.data() + r * K, K, digits.data() + 3 * r * K);
+    }
+    a = simd::Fp8Activations{values.data(), scales.data(), codes.data(), special.data(), K,
+                             kt.prepare_fp8_digits ? digits.data() : nullptr};
   }
+  Fp8DecodeRows(const Fp8DecodeRows&) = delete;  // `a` points into this object's vectors
+  Fp8DecodeRows& operator=(const Fp8DecodeRows&) = delete;
 };
 
 // One activation row prepared for the FP4 kernels (act_quant codes and scales, chunk planes).
@@ -278,7 +286,7 @@ TEST(SimdGemm, Fp8DecodeRowRangesMatchTwin) {
       const Fp8Matrix W{w.data(), scale.data(), N, K};
       std::vector<uint16_t> twin(static_cast<size_t>(N));
       linear_fp8_reference(x.data(), 1, W, twin.data());
-      const DecodeRow row(*kt, x.data(), K);
+      const Fp8DecodeRows row(*kt, x.data(), 1, K);
       ASSERT_EQ(row.special[0], 0);
       const simd::Fp8Activations& a = row.a;
       expect_row_ranges_match(
@@ -313,28 +321,6 @@ void expect_linear_rows_match_twin(const std::vector<uint16_t>& x, const Matrix&
   }
 }
 
-// Activation rows prepared for a level's fp8 kernel (codes, scales, decode-order values, and the
-// VBMI digit planes where the level reads them), [M][K].
-struct Fp8DecodeRows {
-  std::vector<uint8_t> codes, special;
-  std::vector<float> scales, values;
-  std::vector<int8_t> digits;
-  simd::Fp8Activations a;
-  Fp8DecodeRows(const simd::KernelTable& kt, const std::vector<uint16_t>& x, int64_t M, int64_t K)
-      : codes(size_t(M * K)), special(size_t(M)), scales(size_t(M * K / 32)), values(size_t(M * K)),
-        digits(size_t(3 * M * K)) {
-    for (int64_t r = 0; r < M; ++r) {
-      kt.prepare_fp8_row(x.data() + r * K, K, codes.data() + r * K, scales.data() + r * K / 32, values.data() + r * K,
-                         nullptr, special.data() + r);
-      if (kt.prepare_fp8_digits) kt.prepare_fp8_digits(codes.data() + r * K, K, digits.data() + 3 * r * K);
-    }
-    a = simd::Fp8Activations{values.data(), scales.data(), codes.data(), special.data(), K,
-                             kt.prepare_fp8_digits ? digits.data() : nullptr};
-  }
-  Fp8DecodeRows(const Fp8DecodeRows&) = delete;  // `a` points into this object's vectors
-  Fp8DecodeRows& operator=(const Fp8DecodeRows&) = delete;
-};
-
 // The one-row FP8 decode from a rows16 copy (the AVX2 copy kernel, the VBMI streams) at every
 // level, 1 and 3 activation rows (and 1-4 through linear_fp8 and the batched call), every kind of range (groups of 16 from the copy, rows before
 // and after them from the rows), NaN codes inside copied groups, K from one block up, and the
@@ -366,7 +352,7 @@ TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
         for (const int64_t M : {int64_t{1}, int64_t{3}}) {
           std::vector<uint16_t> twin(size_t(M * N));
           linear_fp8_reference(x.data(), M, W, twin.data());
-          const Fp8DecodeRows rows(*kt, x, M, K);
+          const Fp8DecodeRows rows(*kt, x.data(), M, K);
           for (int64_t r = 0; r < M; ++r) {
             const std::vector<uint16_t> twin_row(twin.begin() + r * N, twin.begin() + (r + 1) * N);
             expect_row_ranges_match(

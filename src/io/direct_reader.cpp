@@ -46,11 +46,6 @@ bool DirectReader::direct(int file) const {
   return files_.at(size_t(file)).use_direct;
 }
 
-const std::string& DirectReader::path(int file) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return files_.at(size_t(file)).path;
-}
-
 void DirectReader::submit(int file, uint64_t offset, uint64_t length, uint8_t* dest,
                           std::function<void(const std::string* error)> done) {
   if (offset % kAlign || length % kAlign || reinterpret_cast<uintptr_t>(dest) % kAlign)

@@ -39,7 +39,6 @@ class DirectReader {
               std::function<void(const std::string* error)> done);
   // Whether reads of `file` bypass the page cache (O_DIRECT was accepted).
   bool direct(int file) const;
-  const std::string& path(int file) const;
 
  private:
   struct File {

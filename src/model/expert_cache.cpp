@@ -31,10 +31,8 @@ struct Piece {  // one tensor of an expert
 
 }  // namespace
 
-ExpertCache::ExpertCache(const TensorStore& store, const ModelConfig& config, const ModelPlan& plan, int64_t slots,
-                         int io_threads)
+ExpertCache::ExpertCache(const TensorStore& store, const ModelPlan& plan, int io_threads)
     : reader_(std::make_unique<DirectReader>(io_threads)) {
-  if (slots < 1) throw Error("expert cache: at least one slot is needed");
   experts_.resize(plan.layers.size());
   for (const LayerPlan& lp : plan.layers) {
     auto& layer = experts_[size_t(lp.id)];
@@ -75,6 +73,11 @@ ExpertCache::ExpertCache(const TensorStore& store, const ModelConfig& config, co
       slot_bytes_ = std::max(slot_bytes_, int64_t(used));
     }
   }
+}
+
+void ExpertCache::allocate_slots(int64_t slots) {
+  if (slots < 1) throw Error("expert cache: at least one slot is needed");
+  if (!slot_state_.empty()) throw Error("expert cache: slots already allocated (internal error)");
   // At least a huge page: then the buffer is a 2 MiB-aligned mapping of its own (base/byte_buffer.h),
   // as O_DIRECT needs (4 KiB alignment).
   memory_ = ByteBuffer(std::max(size_t(slots * slot_bytes_), ByteBuffer::kHugePageBytes));
@@ -85,18 +88,6 @@ ExpertCache::ExpertCache(const TensorStore& store, const ModelConfig& config, co
 
 ExpertCache::~ExpertCache() {
   reader_.reset();  // finishes the reads in flight (their callbacks use the members below)
-}
-
-int64_t ExpertCache::slot_bytes_for(const TensorStore& store, const ModelConfig& config, const ModelPlan& plan) {
-  return ExpertCache(store, config, plan, 1, 1).slot_bytes();
-}
-
-bool ExpertCache::direct_io() const {
-  for (const auto& layer : experts_)
-    for (const Expert& x : layer)
-      for (const Extent& e : x.extents)
-        if (!reader_->direct(e.file)) return false;
-  return true;
 }
 
 ExpertWeights ExpertCache::views_in(const Expert& x, int64_t slot) const {

@@ -45,13 +45,11 @@ struct ExpertCacheStats {
 
 class ExpertCache {
  public:
-  // The routed experts of every layer of `plan` in `store`; `slots` slots (>= 1).
-  ExpertCache(const TensorStore& store, const ModelConfig& config, const ModelPlan& plan, int64_t slots,
-              int io_threads);
+  // The routed experts of every layer of `plan` in `store`: where each expert's reads go. No slots
+  // yet: their size (slot_bytes) decides how many a budget holds; then allocate_slots().
+  ExpertCache(const TensorStore& store, const ModelPlan& plan, int io_threads);
   ~ExpertCache();
-
-  // Bytes of one slot (the largest expert's aligned reads) for this checkpoint.
-  static int64_t slot_bytes_for(const TensorStore& store, const ModelConfig& config, const ModelPlan& plan);
+  void allocate_slots(int64_t slots);  // once, >= 1
 
   int64_t slots() const { return int64_t(slot_state_.size()); }
   // Whether the MoE reads the next layer's likely experts ahead (moe.cpp); on by default,
@@ -63,9 +61,7 @@ class ExpertCache {
   // DS41_EXPERT_POLICY=lru at load selects the second.
   enum class Policy { LeastRecent, LeastFrequent };
   Policy policy = Policy::LeastFrequent;
-  int64_t slot_bytes() const { return slot_bytes_; }
-  // Whether every file the experts live in is read past the page cache (O_DIRECT).
-  bool direct_io() const;
+  int64_t slot_bytes() const { return slot_bytes_; }  // the largest expert's aligned reads
 
   // Views of experts ids[0 .. n) of plan layer `layer` (n <= slots(), ids distinct), read where
   // missing: all reads in flight together, then waits for them. They stay valid and pinned until

@@ -72,7 +72,8 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   for (const ByteBuffer& b : m->weights_.owned) owned += int64_t(b.size());
   mp.resident_bytes = mapped_resident + owned;
   if (mp.stream_experts) {
-    mp.slot_bytes = ExpertCache::slot_bytes_for(*store, m->config_, m->plan_);
+    auto cache = std::make_shared<ExpertCache>(*store, m->plan_, std::max(1, options.io_threads));
+    mp.slot_bytes = cache->slot_bytes();
     int most_active = 1;  // the experts one token uses in a layer: what a slot count below cannot hold
     for (const LayerPlan& lp : m->plan_.layers) most_active = std::max(most_active, lp.activated_experts);
     mp.minimum_budget = mp.resident_bytes + int64_t(most_active) * mp.slot_bytes;
@@ -87,10 +88,12 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
     int64_t total_experts = 0;
     for (const LayerPlan& lp : m->plan_.layers) total_experts += lp.routed_experts;
     mp.slots = std::min(mp.slots, std::max<int64_t>(total_experts, 1));
-    m->weights_.expert_cache =
-        std::make_shared<ExpertCache>(*store, m->config_, m->plan_, mp.slots, std::max(1, options.io_threads));
-    if (const char* p = std::getenv("DS41_EXPERT_PREFETCH"); p && std::string(p) == "off")
-      m->weights_.expert_cache->prefetch_enabled = false;
+    cache->allocate_slots(mp.slots);
+    m->weights_.expert_cache = std::move(cache);
+    if (const char* p = std::getenv("DS41_EXPERT_PREFETCH"); p && *p) {
+      if (std::string(p) == "off") m->weights_.expert_cache->prefetch_enabled = false;
+      else if (std::string(p) != "on") throw Error(std::string("DS41_EXPERT_PREFETCH=") + p + ": unknown (use on or off)");
+    }
     if (const char* p = std::getenv("DS41_EXPERT_POLICY"); p && *p) {
       if (std::string(p) == "lru") m->weights_.expert_cache->policy = ExpertCache::Policy::LeastRecent;
       else if (std::string(p) != "frequency") throw Error(std::string("DS41_EXPERT_POLICY=") + p + ": unknown (use frequency or lru)");
