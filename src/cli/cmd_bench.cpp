@@ -22,6 +22,7 @@
 #include "model/head_screen.h"
 #include "model/weights.h"
 #include "devtools/bench.h"
+#include "dist/mpi_job.h"
 
 namespace ds41::cli {
 
@@ -358,9 +359,39 @@ int cmd_bench(int argc, char** argv) {
   const RunFigures simd =
       run_figures(*model, prefill_lengths, prefill_repeats, decode_contexts, decode_steps, gemm_rows, triad_mb << 20,
                   &pool, !as_json, true);
+  // Under mpirun: one more decode at context 0 with every rank's time split and traffic counted.
+  json parallel;
+  if (dist::job_ranks() > 1) {
+    if (!as_json)
+      std::fprintf(stderr, "bench: decode %lld steps at context 0 across %d ranks, per-rank figures\n",
+                   (long long)decode_steps, dist::job_ranks());
+    SequenceState st = model->new_sequence();
+    dist::reset_job_stats();
+    const DecodeFigure d = bench_decode(*model, st, decode_steps, &pool);
+    const double steps = double(std::max<int64_t>(d.steps, 1));
+    parallel = {{"ranks", dist::job_ranks()}, {"decode_tokens_per_s", d.tokens_per_s()}, {"steps", d.steps},
+                {"per_rank", json::array()}};
+    for (const dist::RankStats& r : dist::job_stats()) {
+      // Rank 0 computes whatever it is not sending or waiting for; a follower is idle when not
+      // computing or sending.
+      const double compute = r.rank == 0 ? std::max(0.0, d.seconds - r.send_seconds - r.wait_seconds) : r.compute_seconds;
+      parallel["per_rank"].push_back({{"rank", r.rank},
+                                      {"host", r.host},
+                                      {"compute_seconds_per_token", compute / steps},
+                                      {"communication_seconds_per_token", r.send_seconds / steps},
+                                      {"waiting_seconds_per_token", r.wait_seconds / steps},
+                                      {"bytes_sent_per_token", double(r.bytes_sent) / steps},
+                                      {"bytes_received_per_token", double(r.bytes_received) / steps},
+                                      {"messages_per_token", double(r.messages) / steps},
+                                      {"expert_rows_per_token", double(r.expert_rows) / steps},
+                                      {"expert_bytes_held", r.rank == 0 ? model->memory_plan().expert_bytes : r.expert_bytes}});
+    }
+  }
   const int64_t pmd_mapped = file_pmd_mapped_bytes();
   json out;
   out["model"] = dir;
+  out["ranks"] = dist::job_ranks();
+  if (!parallel.is_null()) out["expert_parallel"] = parallel;
   out["threads"] = pool.size();
   out["simd_level"] = simd_level_name(simd_level());
   out["machine"] = {{"triad_bytes_per_s", triad},
@@ -444,6 +475,19 @@ int cmd_bench(int argc, char** argv) {
     std::printf("  checkpoint mapped with 2 MiB pages after the runs: %.0f MB (tensors read whole: %.0f MB)\n",
                 double(pmd_mapped) / 1e6, out["weights_on_2mib_pages"]["streamed_tensor_bytes"].get<double>() / 1e6);
   print_figures("kernels at the active level:", out["figures"]);
+  if (out.contains("expert_parallel")) {
+    const auto& p = out["expert_parallel"];
+    std::printf("expert parallelism, %d ranks: decode at context 0 %.1f tok/s; per token and rank (ms: compute / "
+                "communication / waiting; bytes sent / received):\n", p["ranks"].get<int>(),
+                p["decode_tokens_per_s"].get<double>());
+    for (const auto& r : p["per_rank"])
+      std::printf("  rank %d (%s): %.3f / %.3f / %.3f ms; %.1f / %.1f KB; %.1f expert rows; holds %.1f MiB of experts\n",
+                  r["rank"].get<int>(), r["host"].get<std::string>().c_str(),
+                  r["compute_seconds_per_token"].get<double>() * 1e3, r["communication_seconds_per_token"].get<double>() * 1e3,
+                  r["waiting_seconds_per_token"].get<double>() * 1e3, r["bytes_sent_per_token"].get<double>() / 1e3,
+                  r["bytes_received_per_token"].get<double>() / 1e3, r["expert_rows_per_token"].get<double>(),
+                  r["expert_bytes_held"].get<double>() / double(1 << 20));
+  }
   if (out.contains("scalar")) {
     print_figures("scalar kernels:", out["scalar"]);
     const auto& sp = out["speedup_vs_scalar"];

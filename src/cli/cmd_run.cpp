@@ -289,6 +289,7 @@ int cmd_run(int argc, char** argv) {
   if (json_out) {
     json j;
     j["model"] = dir;
+    j["ranks"] = model->weights().share.ranks;  // > 1 under mpirun (expert parallelism)
     j["prompt"] = prompt;
     if (images.any()) j["images"] = images.describe();
     if (!load_path.empty()) j["session_start_pos"] = start_pos;

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "dist/mpi_job.h"
 
 namespace {
 
@@ -42,6 +43,8 @@ void print_usage(FILE* f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun: the follower ranks serve rank 0 here until the job ends (dist/mpi_job.h).
+  if (const int follower_status = ds41::dist::start_job(argc, argv); follower_status >= 0) return follower_status;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -1,4 +1,5 @@
 #include "cli/model_files.h"
+#include "dist/mpi_job.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -87,7 +88,10 @@ std::vector<OptionSpec> memory_option_specs() {
            "memory the model may use, in GiB or with a unit (512M, 24G); where the weights a token reads whole do "
            "not fit, the routed experts are read from disk through a cache (default: available memory minus a margin)",
            ""},
-          {"io-threads", "N", "reads in flight when routed experts are read from disk", "8"}};
+          {"io-threads", "N", "reads in flight when routed experts are read from disk", "8"},
+          {"expert-slots", "N",
+           "read the routed experts from disk through N slots whatever the budget (0 = only when they do not fit)",
+           "0"}};
 }
 
 Model::LoadOptions load_options_arg(const Args& args) {
@@ -96,11 +100,29 @@ Model::LoadOptions load_options_arg(const Args& args) {
   const int64_t io = args.get_int("io-threads", 8);
   if (io < 1 || io > 256) throw Error("--io-threads must be between 1 and 256");
   o.io_threads = int(io);
+  const int64_t slots = args.get_int("expert-slots", 0);
+  if (slots < 0) throw Error("--expert-slots must be 0 or more");
+  o.expert_slots = slots;
+  // Under mpirun: this is rank 0, the routed experts are split across the ranks.
+  if (auto parallel = dist::expert_parallel()) {
+    o.expert_parallel = parallel;
+    o.share = ExpertShare{0, parallel->ranks(), false};
+    dist::set_follower_threads(int(args.get_int("threads", 0)));
+  }
   return o;
 }
 
 void report_memory_plan(const Model& model) {
-  std::fprintf(stderr, "ds41: %s\n", model.memory_plan().summary().c_str());
+  const int ranks = model.weights().share.ranks;
+  if (ranks <= 1) {
+    std::fprintf(stderr, "ds41: %s\n", model.memory_plan().summary().c_str());
+    return;
+  }
+  std::fprintf(stderr, "ds41: expert parallelism over %d ranks (each holds its block of every layer's routed experts)\n",
+               ranks);
+  std::fprintf(stderr, "ds41: rank 0: %s\n", model.memory_plan().summary().c_str());
+  for (const dist::RankStats& r : dist::job_stats())
+    if (r.rank > 0) std::fprintf(stderr, "ds41: rank %d (%s): %s\n", r.rank, r.host.c_str(), r.memory_plan.c_str());
 }
 
 }  // namespace ds41::cli

@@ -154,5 +154,11 @@ void engram_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights
 float swiglu(float gate, float up, float limit);
 // MoE sublayer: x [S][dim] -> y [S][dim].
 void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, const uint16_t* x, uint16_t* y);
+// The routed experts ids[0 .. n) of one layer over rows grouped by expert (first[i] .. first[i + 1]
+// of xin [rows][dim] are expert ids[i]'s, each with its routing weight): out [rows][dim], each row
+// bit-identical to moe_forward's for the same expert and input (expert parallelism's follower side).
+void routed_expert_products(const ModelConfig& c, const BlockWeights& w, ExpertCache* cache, int layer,
+                            const int32_t* ids, int n, const int64_t* first, const uint16_t* xin, const float* route_w,
+                            uint16_t* out, ThreadPool* pool);
 
 }  // namespace ds41

@@ -151,10 +151,24 @@ class Model {
     int64_t mem_budget = 0;    // bytes; 0: default_memory_budget()
     int64_t expert_slots = 0;  // > 0: stream the routed experts through this many slots whatever the budget
     int io_threads = 8;        // reads in flight for the expert cache
+    // Expert parallelism (model/expert_parallel.h): the routed experts this process holds, and on
+    // rank 0 the transport to the other ranks (which load theirs as this one loads).
+    ExpertShare share;
+    std::shared_ptr<ExpertParallel> expert_parallel;
   };
   static std::unique_ptr<Model> load(const std::string& dir, const LoadProgress& progress = {});
   static std::unique_ptr<Model> load(const std::string& dir, const LoadProgress& progress, const LoadOptions& options);
   const MemoryPlan& memory_plan() const { return memory_plan_; }
+  // A hash of the config and every tensor's name, type, shape and size: equal on every rank of an
+  // expert-parallel job, whatever each loads.
+  uint64_t checkpoint_fingerprint() const { return checkpoint_fingerprint_; }
+
+  // Expert parallelism, on a follower rank: routed experts ids[0 .. n) of plan layer `layer` (all
+  // this rank's, ascending) over rows grouped by expert (first[i] .. first[i + 1] of xin
+  // [rows][dim] are ids[i]'s, with their routing weights): out [rows][dim], as rank 0's MoE would
+  // compute them. Throws ds41::Error on a layer or expert this process does not hold.
+  void expert_products(int layer, const int32_t* ids, int n, const int64_t* first, const uint16_t* xin,
+                       const float* route_w, uint16_t* out, ThreadPool* pool) const;
 
   const ModelConfig& config() const { return config_; }
   const ModelPlan& plan() const { return plan_; }
@@ -259,6 +273,7 @@ class Model {
   ModelPlan plan_;
   ModelWeights weights_;
   MemoryPlan memory_plan_;
+  uint64_t checkpoint_fingerprint_ = 0;
   mutable std::once_flag head_screen_once_;
   mutable std::unique_ptr<HeadScreen> head_screen_;
   mutable HeadScreenBackoff head_screen_backoff_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "base/error.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
@@ -13,6 +14,7 @@
 #include "kernels/numeric_formats.h"
 #include "kernels/topk.h"
 #include "model/expert_cache.h"
+#include "model/expert_parallel.h"
 #include "model/forward_context.h"
 
 namespace ds41 {
@@ -177,11 +179,31 @@ void prefetch_next_layer(ForwardContext& ctx, const LayerPlan& lp, const float* 
     for (int e = 0; e < En; ++e) row[e] += nw.gate_bias[e];
     DS41_SCRATCH_EMPTY(int32_t, top);
     torch_topk_largest(row, En, kn, /*sorted=*/true, top);
-    for (int32_t e : top)
-      if (std::find(guess.begin(), guess.end(), e) == guess.end()) guess.push_back(e);
+    for (int32_t e : top)  // this rank's experts only (expert parallelism: the others are read by their owners)
+      if (ctx.weights.share.owns(e, En) && std::find(guess.begin(), guess.end(), e) == guess.end()) guess.push_back(e);
   }
   cache->prefetch(next.id, guess.data(), int(guess.size()));
 }
+
+// Waits for the other ranks' expert rows once started, also when this rank's own products throw
+// (their receives write into the caller's buffers: they must be complete before those go away).
+struct RemoteExpertsInFlight {
+  ExpertParallel* remote;
+  bool started = false;
+  explicit RemoteExpertsInFlight(ExpertParallel* r) : remote(r) {}
+  void finish() {
+    if (!started) return;
+    started = false;
+    remote->finish();
+  }
+  ~RemoteExpertsInFlight() {
+    if (!started) return;
+    try {
+      remote->finish();
+    } catch (...) {  // the first error is the one in flight
+    }
+  }
+};
 
 }  // namespace
 
@@ -255,11 +277,19 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   // larger than the memory budget, model/expert_cache.h) they run in waves of at most the cache's
   // slots: a wave's missing experts are read together, then its products run on views into the
   // slots. Every expert's rows are its own, so waves change no value.
+  // With expert parallelism (model/expert_parallel.h) the other ranks' experts go out first and
+  // run there while this rank computes its own; their rows come back into `out` before the sums.
   ExpertCache* cache = ctx.weights.expert_cache.get();
+  ExpertParallel* remote = ctx.weights.expert_parallel.get();
   DS41_SCRATCH_EMPTY(int32_t, used);
   scratch_reserve(used, size_t(E));
   for (int e = 0; e < E; ++e)
-    if (first[size_t(e) + 1] > first[size_t(e)]) used.push_back(e);
+    if (first[size_t(e) + 1] > first[size_t(e)] && ctx.weights.share.owns(e, E)) used.push_back(e);
+  RemoteExpertsInFlight in_flight(remote);
+  if (remote) {
+    remote->start(lp.id, D, x, first.data(), E, toks.data(), rw.data(), out.data());
+    in_flight.started = true;
+  }
   DS41_SCRATCH_UNINIT(const ExpertWeights*, view, E, 0);
   for (int e = 0; e < E; ++e) view[size_t(e)] = &w.experts[size_t(e)];
   DS41_SCRATCH_UNINIT(const ExpertWeights*, fetched, E, 0);
@@ -335,6 +365,7 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
     u0 = u1;
     if (u0 >= used.size()) break;
   }
+  in_flight.finish();
   // Each token's rows in ascending row order, which is ascending expert: its contributions are
   // added in that order (from 0.0f), then the shared expert's. Tokens in parallel.
   DS41_SCRATCH_EMPTY(int64_t, token_first);
@@ -351,6 +382,74 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
       for (int64_t d = 0; d < D; ++d) y[s * D + d] = f32_to_bf16(acc[size_t(d)] + bf16_to_f32(shared[size_t(s * D + d)]));
     }
   });
+}
+
+}  // namespace ds41
+
+namespace ds41 {
+
+void routed_expert_products(const ModelConfig& c, const BlockWeights& w, ExpertCache* cache, int layer,
+                            const int32_t* ids, int n, const int64_t* first, const uint16_t* xin, const float* route_w,
+                            uint16_t* out, ThreadPool* pool) {
+  const int64_t D = c.dim, R = first[n];
+  const float limit = float(c.swiglu_limit);
+  if (n <= 0 || R <= 0) return;
+  const int64_t I = w.experts[size_t(ids[0])].w1.N;
+  const bool batched = R <= kBatchedExpertRows;  // the same choice and kernels as moe_forward's
+  DS41_SCRATCH_UNINIT(uint16_t, g, batched ? R * I : 0, 0);
+  DS41_SCRATCH_UNINIT(uint16_t, u, batched ? R * I : 0, 0);
+  DS41_SCRATCH_UNINIT(uint16_t, h, batched ? R * I : 0, 0);
+  DS41_SCRATCH_EMPTY(QuantizedLinearJob, jobs);
+  DS41_SCRATCH_UNINIT(const ExpertWeights*, view, n, 0);
+  for (int i = 0; i < n; ++i) view[size_t(i)] = &w.experts[size_t(ids[i])];
+  if (batched) {
+    scratch_reserve(jobs, size_t(2 * n));
+    reserve_quantized_batch(2 * n, R, std::max(D, I), std::max(D, I));
+  }
+  const int wave_max = cache ? int(cache->slots()) : n;
+  for (int i0 = 0; i0 < n; i0 += wave_max) {
+    const int i1 = std::min(n, i0 + wave_max);
+    if (cache) cache->acquire(layer, ids + i0, i1 - i0, view.data() + i0);
+    if (batched) {
+      jobs.clear();
+      for (int i = i0; i < i1; ++i) {
+        const int64_t r0 = first[i], m = first[i + 1] - r0;
+        jobs.push_back({xin + r0 * D, m, nullptr, &view[size_t(i)]->w1, g.data() + r0 * I});
+        jobs.push_back({xin + r0 * D, m, nullptr, &view[size_t(i)]->w3, u.data() + r0 * I});
+      }
+      linear_quantized_batch(jobs.data(), int(jobs.size()), pool);
+      const int64_t rb = first[i0], re = first[i1];
+      const SwigluPart part{g.data() + rb * I, u.data() + rb * I, h.data() + rb * I, re - rb, I, route_w + rb};
+      swiglu_parts(&part, 1, limit, pool);
+      jobs.clear();
+      for (int i = i0; i < i1; ++i) {
+        const int64_t r0 = first[i], m = first[i + 1] - r0;
+        jobs.push_back({h.data() + r0 * I, m, nullptr, &view[size_t(i)]->w2, out + r0 * D});
+      }
+      linear_quantized_batch(jobs.data(), int(jobs.size()), pool);
+    } else {
+      for (int i = i0; i < i1; ++i) {
+        const int64_t r0 = first[i], m = first[i + 1] - r0;
+        const ExpertWeights& ew = *view[size_t(i)];
+        expert_rows<Fp4Matrix>(xin + r0 * D, m, ew.w1, ew.w2, ew.w3, route_w + r0, limit, out + r0 * D, pool,
+                               &linear_fp4);
+      }
+    }
+    if (cache) cache->release(layer, ids + i0, i1 - i0);
+  }
+}
+
+void Model::expert_products(int layer, const int32_t* ids, int n, const int64_t* first, const uint16_t* xin,
+                            const float* route_w, uint16_t* out, ThreadPool* pool) const {
+  if (layer < 0 || layer >= int(plan_.layers.size())) throw Error("expert products: no plan layer " + std::to_string(layer));
+  const LayerPlan& lp = plan_.layers[size_t(layer)];
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= lp.routed_experts || !weights_.share.owns(ids[i], lp.routed_experts) ||
+        (i > 0 && ids[i] <= ids[i - 1]) || first[i + 1] < first[i])
+      throw Error("expert products: layer " + std::to_string(layer) + " expert " + std::to_string(ids[i]) +
+                  " is not held by rank " + std::to_string(weights_.share.rank) + " (or the list is not ascending)");
+  routed_expert_products(config_, weights_.blocks[size_t(layer)], weights_.expert_cache.get(), layer, ids, n, first,
+                         xin, route_w, out, pool);
 }
 
 }  // namespace ds41

@@ -6,9 +6,13 @@
 #include <cstring>
 #include <limits>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <new>
+#include <unordered_set>
 
 #include "base/error.h"
+#include "base/hash.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
@@ -17,6 +21,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "model/forward_context.h"
+#include "model/tensor_table.h"
 #include "model/weight_catalogue.h"
 #include "text/compressed_vocab.h"
 
@@ -31,6 +36,44 @@ bool rowwise_key_reading(const ForwardOptions& opt, const SequenceState& state) 
   return state.journal && state.pos > 0 && !opt.corrected_index_keys;
 }
 
+// The config files' bytes and every tensor's name, type, shape and size (not the data: a rank
+// hashes this in milliseconds whatever the checkpoint's size).
+uint64_t fingerprint_checkpoint(const std::string& dir, const TensorStore& store) {
+  uint64_t h = kFnv1a64Offset;
+  for (const char* name : {"config.json", "inference_config.json"}) {
+    std::ifstream f(std::filesystem::path(dir) / name, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    h = fnv1a64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), h);
+    h = fnv1a64(reinterpret_cast<const uint8_t*>("|"), 1, h);
+  }
+  for (const TensorInfo& t : store.tensors()) {
+    h = fnv1a64(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
+    const int64_t fields[] = {int64_t(t.dtype), int64_t(t.nbytes), int64_t(t.shape.size())};
+    h = fnv1a64(reinterpret_cast<const uint8_t*>(fields), sizeof fields, h);
+    h = fnv1a64(reinterpret_cast<const uint8_t*>(t.shape.data()), t.shape.size() * sizeof(int64_t), h);
+  }
+  return h;
+}
+
+// The routed-expert tensors of the experts this process does not hold: "layers.7.ffn.experts.3."
+// prefixes (expert parallelism).
+std::unordered_set<std::string> foreign_expert_prefixes(const ModelPlan& plan, const ExpertShare& share) {
+  std::unordered_set<std::string> out;
+  if (share.ranks <= 1) return out;
+  for (const LayerPlan& lp : plan.layers)
+    for (int e = 0; e < lp.routed_experts; ++e)
+      if (!share.owns(e, lp.routed_experts)) out.insert(expert_prefix(lp, e));
+  return out;
+}
+
+bool foreign_expert(const std::string& name, const std::unordered_set<std::string>& foreign) {
+  if (foreign.empty()) return false;
+  const size_t at = name.find(".ffn.experts.");
+  if (at == std::string::npos) return false;
+  const size_t end = name.find('.', at + 13);
+  return end != std::string::npos && foreign.count(name.substr(0, end + 1));
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& progress) {
@@ -43,6 +86,11 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   m->config_ = load_model_dir_config(dir);
   validate_config(m->config_);
   m->plan_ = build_model_plan(m->config_);
+  const ExpertShare& share = options.share;
+  if (share.ranks < 1 || share.rank < 0 || share.rank >= share.ranks) throw Error("expert parallelism: bad rank");
+  // The followers load their experts while this rank loads the rest.
+  if (options.expert_parallel)
+    options.expert_parallel->begin_load({dir, options.mem_budget, options.expert_slots, options.io_threads});
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   const int64_t n_tensors = int64_t(store->size());
   if (progress) progress("validating", 0, n_tensors);
@@ -54,17 +102,21 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   mp.budget = options.mem_budget > 0 ? options.mem_budget : default_memory_budget(&mp.budget_source);
   if (options.mem_budget > 0) mp.budget_source = "--mem-budget";
   int64_t mapped_resident = 0;
+  const std::unordered_set<std::string> foreign = foreign_expert_prefixes(m->plan_, share);
   for (const TensorInfo& t : store->tensors()) {
     const WeightUse use = weight_use(t.name);
-    if (use == WeightUse::RoutedExpert) mp.expert_bytes += int64_t(t.nbytes);
+    if (use == WeightUse::RoutedExpert) mp.expert_bytes += foreign_expert(t.name, foreign) ? 0 : int64_t(t.nbytes);
+    else if (share.experts_only) continue;  // a follower reads its experts only
     else if (use == WeightUse::EngramTable) mp.engram_bytes += int64_t(t.nbytes);
     else mapped_resident += int64_t(t.nbytes);
   }
-  mp.stream_experts = options.expert_slots > 0 ||
-                      mapped_resident + load_buffer_bytes_estimate(*store) + mp.expert_bytes > mp.budget;
+  const int64_t buffers = share.experts_only ? 0 : load_buffer_bytes_estimate(*store);
+  mp.stream_experts = options.expert_slots > 0 || mapped_resident + buffers + mp.expert_bytes > mp.budget;
+  m->checkpoint_fingerprint_ = fingerprint_checkpoint(dir, *store);
   WeightLoadOptions wo;
   wo.memory_bytes = std::min(mp.budget, physical_ram_bytes());
   wo.experts_streamed = mp.stream_experts;
+  wo.share = share;
   m->weights_ = load_model_weights(store, m->config_, m->plan_, [&](int64_t done, int64_t total) {
     if (progress) progress("preparing", done, total);
   }, wo);
@@ -86,7 +138,8 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
                   format_gib(mp.slot_bytes) + " streamed from disk); give --mem-budget " +
                   std::to_string((mp.minimum_budget + (1 << 20) - 1) >> 20) + "M or more");
     int64_t total_experts = 0;
-    for (const LayerPlan& lp : m->plan_.layers) total_experts += lp.routed_experts;
+    for (const LayerPlan& lp : m->plan_.layers)
+      for (int e = 0; e < lp.routed_experts; ++e) total_experts += share.owns(e, lp.routed_experts);
     mp.slots = std::min(mp.slots, std::max<int64_t>(total_experts, 1));
     cache->allocate_slots(mp.slots);
     m->weights_.expert_cache = std::move(cache);
@@ -100,6 +153,11 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
     }
   }
   if (progress) progress("preparing", int64_t(m->plan_.layers.size()), int64_t(m->plan_.layers.size()));
+  if (share.experts_only) return m;  // a follower: no embedding, attention, Engram or head
+  if (options.expert_parallel) {
+    options.expert_parallel->end_load(m->checkpoint_fingerprint_);
+    m->weights_.expert_parallel = options.expert_parallel;
+  }
   const ModelConfig& c = m->config_;
   m->inv_freq_plain_ = rope_inv_freq(int(c.rope_head_dim), c.rope_theta, 0, c.rope_factor, c.beta_fast, c.beta_slow);
   m->inv_freq_compressed_ = rope_inv_freq(int(c.rope_head_dim), c.compress_rope_theta, c.original_seq_len,

@@ -216,6 +216,26 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     L.fp8_rows16 = copies.fp8;
     L.fp4_rows16 = copies.fp4;
   }
+  w.share = options.share;
+  const bool experts_only = options.share.experts_only;
+  if (experts_only) {
+    // A follower rank of expert parallelism: its routed experts, nothing else.
+    for (const LayerPlan& lp : plan.layers) {
+      if (on_layer) on_layer(lp.id, int64_t(plan.layers.size()));
+      BlockWeights b;
+      b.experts.resize(size_t(lp.routed_experts));
+      for (const BlockTensor& t : block_tensors()) {
+        if (t.when != TensorWhen::RoutedExpert || !block_has(t, config, lp)) continue;
+        DSparkHeadWeights unused_dspark;
+        for (int e = 0; e < lp.routed_experts; ++e)
+          if (w.share.owns(e, lp.routed_experts))
+            load_block_tensor(L, t, expert_prefix(lp, e) + t.name, true, b, b.experts[size_t(e)], unused_dspark);
+      }
+      w.blocks.push_back(std::move(b));
+    }
+    L.write_copies(int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+    return w;
+  }
   for (const ModelTensor& t : text_model_tensors()) load_model_tensor(L, t, w, w.vision);
   {
     // Packed once at load: the head is read whole for every token's logits.
@@ -235,7 +255,8 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
       if (!block_has(t, config, lp)) continue;
       if (t.when == TensorWhen::RoutedExpert) {
         for (int e = 0; e < lp.routed_experts; ++e)
-          load_block_tensor(L, t, expert_prefix(lp, e) + t.name, true, b, b.experts[size_t(e)], w.dspark);
+          if (w.share.owns(e, lp.routed_experts))
+            load_block_tensor(L, t, expert_prefix(lp, e) + t.name, true, b, b.experts[size_t(e)], w.dspark);
         continue;
       }
       ExpertWeights no_expert;  // a row that is not an expert's has no expert slot

@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "kernels/gemm.h"
 #include "model/config.h"
+#include "model/expert_parallel.h"
 #include "model/layer_plan.h"
 
 namespace ds41 {
@@ -132,6 +133,11 @@ struct ModelWeights {
   // model/expert_cache.h): the MoE reads them through it, never through `blocks[l].experts`.
   std::shared_ptr<ExpertCache> expert_cache;
 
+  // Expert parallelism (model/expert_parallel.h): the routed experts this process holds (every
+  // one, in a single process), and on rank 0 of a job the transport to the others'.
+  ExpertShare share;
+  std::shared_ptr<ExpertParallel> expert_parallel;
+
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;
   std::vector<ByteBuffer> owned;
@@ -145,10 +151,13 @@ struct ModelWeights {
 // `memory_bytes`: what the load's memory decisions (decode copies) count as the machine's memory
 // (0: physical RAM); `experts_streamed`: the routed experts will be read through an ExpertCache, so
 // they get no huge-page advice (nothing reads their mapping), and no decode copies are made (the
-// budget goes to expert slots: the disk sets the speed then).
+// budget goes to expert slots: the disk sets the speed then). `share`: only the routed experts it
+// owns are loaded (the others' views stay empty), and with experts_only nothing else (a follower
+// rank of expert parallelism).
 struct WeightLoadOptions {
   int64_t memory_bytes = 0;
   bool experts_streamed = false;
+  ExpertShare share;
 };
 ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelConfig& config, const ModelPlan& plan,
                                 const std::function<void(int64_t, int64_t)>& on_layer = {},
