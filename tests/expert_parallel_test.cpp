@@ -14,8 +14,10 @@
 #include "base/thread_pool.h"
 #include "model/expert_parallel.h"
 #include "model/model.h"
+#include "model/split_checkpoint.h"
 #include "model_transcript.h"
 #include "state_compare.h"
+#include "test_paths.h"
 #include "tiny_model.h"
 
 namespace ds41 {
@@ -25,12 +27,13 @@ namespace {
 // rows (after rank 0 has computed its own, as over MPI).
 class LoopbackExperts final : public ExpertParallel {
  public:
-  LoopbackExperts(const std::string& dir, int ranks, int64_t follower_slots) : ranks_(ranks) {
+  // Follower r loads dirs[r] (or dirs[0] when there is one directory for every rank).
+  LoopbackExperts(const std::vector<std::string>& dirs, int ranks, int64_t follower_slots) : ranks_(ranks) {
     for (int r = 1; r < ranks; ++r) {
       Model::LoadOptions o;
       o.share = ExpertShare{r, ranks, /*experts_only=*/true};
       o.expert_slots = follower_slots;
-      followers_.push_back(Model::load(dir, {}, o));
+      followers_.push_back(Model::load(dirs.size() > 1 ? dirs[size_t(r)] : dirs[0], {}, o));
     }
   }
   int ranks() const override { return ranks_; }
@@ -114,7 +117,7 @@ TEST(ExpertParallel, SplitAcrossRanksGivesTheOneProcessOutputsBitForBit) {
   const auto want = test::transcript(*whole, &pool);
   for (const auto& [ranks, follower_slots] : {std::pair{2, 0}, std::pair{3, 1}, std::pair{5, 0}}) {
     SCOPED_TRACE(testing::Message() << ranks << " ranks, follower slots " << follower_slots);
-    auto remote = std::make_shared<LoopbackExperts>(dir, ranks, follower_slots);
+    auto remote = std::make_shared<LoopbackExperts>(std::vector<std::string>{dir}, ranks, follower_slots);
     Model::LoadOptions o;
     o.share = ExpertShare{0, ranks, false};
     o.expert_parallel = remote;
@@ -137,6 +140,52 @@ TEST(ExpertParallel, SplitAcrossRanksGivesTheOneProcessOutputsBitForBit) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(test::same_bits(got[i], want[i])) << "output " << i;
   }
+}
+
+// Per-host copies (`ds41 split`): each rank loads a directory holding only what it reads, and the
+// outputs are still the one-process model's; a copy is refused by the wrong rank and outside a job.
+TEST(ExpertParallel, SplitCopiesPerRankGiveTheSameOutputs) {
+  ThreadPool pool(2);
+  const std::string dir = test::tiny_model_dir(true);
+  const auto want = test::transcript(*Model::load(dir), &pool);
+  test::TempDir tmp;
+  constexpr int kRanks = 3;
+  std::vector<std::string> dirs;
+  int64_t written = 0;
+  for (int r = 0; r < kRanks; ++r) {
+    dirs.push_back(tmp.path() + "/rank" + std::to_string(r));
+    written += write_split_checkpoint(dir, kRanks, r, dirs.back(), 1 << 20);
+  }
+  // Together the copies hold each tensor of the checkpoint exactly once.
+  const TensorStore whole = TensorStore::open(dir);
+  int64_t whole_bytes = 0;
+  for (const TensorInfo& t : whole.tensors()) whole_bytes += int64_t(t.nbytes);
+  EXPECT_EQ(written, whole_bytes);
+  const TensorStore follower_copy = TensorStore::open(dirs[1]);
+  for (const TensorInfo& t : follower_copy.tensors())
+    EXPECT_NE(t.name.find(".ffn.experts."), std::string::npos) << t.name << " in a follower's copy";
+
+  auto remote = std::make_shared<LoopbackExperts>(dirs, kRanks, 0);
+  Model::LoadOptions o;
+  o.share = ExpertShare{0, kRanks, false};
+  o.expert_parallel = remote;
+  auto rank0 = Model::load(dirs[0], {}, o);
+  EXPECT_EQ(rank0->checkpoint_fingerprint(), Model::load(dir)->checkpoint_fingerprint());
+  const auto got = test::transcript(*rank0, &pool);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(test::same_bits(got[i], want[i])) << "output " << i;
+
+  Model::LoadOptions wrong;
+  wrong.share = ExpertShare{2, kRanks, true};
+  try {
+    Model::load(dirs[1], {}, wrong);
+    ADD_FAILURE() << "rank 2 loaded rank 1's copy";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("split for rank 1 of 3, but it was given to rank 2 of 3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Model::load(dirs[0]), Error) << "a copy for a job loaded in one process";
+  EXPECT_THROW(write_split_checkpoint(dir, kRanks, 0, dirs[0], 1 << 20), Error) << "over an existing copy";
 }
 
 TEST(ExpertParallel, AFollowerRefusesExpertsItDoesNotHold) {

@@ -17,5 +17,6 @@ int cmd_serve(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_prefill_compare(int argc, char** argv);
+int cmd_split(int argc, char** argv);
 
 }  // namespace ds41::cli

@@ -30,6 +30,7 @@ const Command kCommands[] = {
     {"detokenize", ds41::cli::cmd_detokenize, "print the text of token ids"},
     {"conform", ds41::cli::cmd_conform, "compare the engine with a golden case from the official reference"},
     {"bench", ds41::cli::cmd_bench, "measure bandwidth, FMA peak, prefill/decode speed and their efficiencies"},
+    {"split", ds41::cli::cmd_split, "write the part of a checkpoint one rank of an MPI job reads (per-host copies)"},
     {"bench-prefill", ds41::cli::cmd_prefill_compare, "compare full and CED prefill (speed, next-token divergence)"},
 };
 

@@ -133,7 +133,7 @@ void wait_for_message(int source, int tag, double& idle_seconds) {
     MPI_Iprobe(source, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
     if (flag) break;
     const double waited = now_seconds() - t0;
-    if (waited < 0.002) sched_yield();
+    if (waited < 0.0001) sched_yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.1 ? 50 : 1000));
   }
   idle_seconds += now_seconds() - t0;

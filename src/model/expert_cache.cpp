@@ -31,13 +31,14 @@ struct Piece {  // one tensor of an expert
 
 }  // namespace
 
-ExpertCache::ExpertCache(const TensorStore& store, const ModelPlan& plan, int io_threads)
+ExpertCache::ExpertCache(const TensorStore& store, const ModelPlan& plan, int io_threads, const ExpertShare& share)
     : reader_(std::make_unique<DirectReader>(io_threads)) {
   experts_.resize(plan.layers.size());
   for (const LayerPlan& lp : plan.layers) {
     auto& layer = experts_[size_t(lp.id)];
     layer.resize(size_t(lp.routed_experts));
     for (int e = 0; e < lp.routed_experts; ++e) {
+      if (!share.owns(e, lp.routed_experts)) continue;  // another rank's (not in a split copy)
       Expert& x = layer[size_t(e)];
       std::vector<Piece> pieces;
       for (const BlockTensor& t : block_tensors()) {

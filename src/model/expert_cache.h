@@ -47,7 +47,8 @@ class ExpertCache {
  public:
   // The routed experts of every layer of `plan` in `store`: where each expert's reads go. No slots
   // yet: their size (slot_bytes) decides how many a budget holds; then allocate_slots().
-  ExpertCache(const TensorStore& store, const ModelPlan& plan, int io_threads);
+  // With expert parallelism only the experts of `share`'s rank.
+  ExpertCache(const TensorStore& store, const ModelPlan& plan, int io_threads, const ExpertShare& share = {});
   ~ExpertCache();
   void allocate_slots(int64_t slots);  // once, >= 1
 

@@ -6,13 +6,9 @@
 #include <cstring>
 #include <limits>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <new>
-#include <unordered_set>
 
 #include "base/error.h"
-#include "base/hash.h"
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/gemm.h"
@@ -21,7 +17,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "model/forward_context.h"
-#include "model/tensor_table.h"
+#include "model/split_checkpoint.h"
 #include "model/weight_catalogue.h"
 #include "text/compressed_vocab.h"
 
@@ -34,44 +30,6 @@ namespace {
 // Other calls read at call level, so a chunked prefill reads as a one-call prefill does.
 bool rowwise_key_reading(const ForwardOptions& opt, const SequenceState& state) {
   return state.journal && state.pos > 0 && !opt.corrected_index_keys;
-}
-
-// The config files' bytes and every tensor's name, type, shape and size (not the data: a rank
-// hashes this in milliseconds whatever the checkpoint's size).
-uint64_t fingerprint_checkpoint(const std::string& dir, const TensorStore& store) {
-  uint64_t h = kFnv1a64Offset;
-  for (const char* name : {"config.json", "inference_config.json"}) {
-    std::ifstream f(std::filesystem::path(dir) / name, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    h = fnv1a64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), h);
-    h = fnv1a64(reinterpret_cast<const uint8_t*>("|"), 1, h);
-  }
-  for (const TensorInfo& t : store.tensors()) {
-    h = fnv1a64(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
-    const int64_t fields[] = {int64_t(t.dtype), int64_t(t.nbytes), int64_t(t.shape.size())};
-    h = fnv1a64(reinterpret_cast<const uint8_t*>(fields), sizeof fields, h);
-    h = fnv1a64(reinterpret_cast<const uint8_t*>(t.shape.data()), t.shape.size() * sizeof(int64_t), h);
-  }
-  return h;
-}
-
-// The routed-expert tensors of the experts this process does not hold: "layers.7.ffn.experts.3."
-// prefixes (expert parallelism).
-std::unordered_set<std::string> foreign_expert_prefixes(const ModelPlan& plan, const ExpertShare& share) {
-  std::unordered_set<std::string> out;
-  if (share.ranks <= 1) return out;
-  for (const LayerPlan& lp : plan.layers)
-    for (int e = 0; e < lp.routed_experts; ++e)
-      if (!share.owns(e, lp.routed_experts)) out.insert(expert_prefix(lp, e));
-  return out;
-}
-
-bool foreign_expert(const std::string& name, const std::unordered_set<std::string>& foreign) {
-  if (foreign.empty()) return false;
-  const size_t at = name.find(".ffn.experts.");
-  if (at == std::string::npos) return false;
-  const size_t end = name.find('.', at + 13);
-  return end != std::string::npos && foreign.count(name.substr(0, end + 1));
 }
 
 }  // namespace
@@ -94,7 +52,18 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   const int64_t n_tensors = int64_t(store->size());
   if (progress) progress("validating", 0, n_tensors);
-  check_checkpoint_against_catalogue(*store, build_weight_catalogue(m->config_));
+  // A copy made by `ds41 split` for one rank holds only what that rank reads.
+  const std::optional<SplitMarker> split = read_split_marker(dir);
+  if (split && (split->ranks != share.ranks || split->rank != share.rank))
+    throw Error(dir + ": this copy was split for rank " + std::to_string(split->rank) + " of " +
+                std::to_string(split->ranks) + (share.ranks > 1 ? ", but it was given to rank " + std::to_string(share.rank) +
+                                                                      " of " + std::to_string(share.ranks)
+                                                                : ": run it under mpirun -np " + std::to_string(split->ranks)));
+  const ForeignExperts foreign(m->plan_, share);
+  std::vector<TensorSpec> catalogue = build_weight_catalogue(m->config_);
+  if (split)
+    for (TensorSpec& t : catalogue) t.required = t.required && foreign.needed(t.name);
+  check_checkpoint_against_catalogue(*store, catalogue);
   if (progress) progress("validating", n_tensors, n_tensors);
 
   // The memory plan: the routed experts are streamed when every tensor read whole does not fit.
@@ -102,17 +71,16 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   mp.budget = options.mem_budget > 0 ? options.mem_budget : default_memory_budget(&mp.budget_source);
   if (options.mem_budget > 0) mp.budget_source = "--mem-budget";
   int64_t mapped_resident = 0;
-  const std::unordered_set<std::string> foreign = foreign_expert_prefixes(m->plan_, share);
   for (const TensorInfo& t : store->tensors()) {
     const WeightUse use = weight_use(t.name);
-    if (use == WeightUse::RoutedExpert) mp.expert_bytes += foreign_expert(t.name, foreign) ? 0 : int64_t(t.nbytes);
+    if (use == WeightUse::RoutedExpert) mp.expert_bytes += foreign.foreign(t.name) ? 0 : int64_t(t.nbytes);
     else if (share.experts_only) continue;  // a follower reads its experts only
     else if (use == WeightUse::EngramTable) mp.engram_bytes += int64_t(t.nbytes);
     else mapped_resident += int64_t(t.nbytes);
   }
   const int64_t buffers = share.experts_only ? 0 : load_buffer_bytes_estimate(*store);
   mp.stream_experts = options.expert_slots > 0 || mapped_resident + buffers + mp.expert_bytes > mp.budget;
-  m->checkpoint_fingerprint_ = fingerprint_checkpoint(dir, *store);
+  m->checkpoint_fingerprint_ = split ? split->source_fingerprint : ds41::checkpoint_fingerprint(dir, *store);
   WeightLoadOptions wo;
   wo.memory_bytes = std::min(mp.budget, physical_ram_bytes());
   wo.experts_streamed = mp.stream_experts;
@@ -124,7 +92,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   for (const ByteBuffer& b : m->weights_.owned) owned += int64_t(b.size());
   mp.resident_bytes = mapped_resident + owned;
   if (mp.stream_experts) {
-    auto cache = std::make_shared<ExpertCache>(*store, m->plan_, std::max(1, options.io_threads));
+    auto cache = std::make_shared<ExpertCache>(*store, m->plan_, std::max(1, options.io_threads), share);
     mp.slot_bytes = cache->slot_bytes();
     int most_active = 1;  // the experts one token uses in a layer: what a slot count below cannot hold
     for (const LayerPlan& lp : m->plan_.layers) most_active = std::max(most_active, lp.activated_experts);

@@ -4,7 +4,7 @@ against one process, on the tiny preset, and the job's failures.
 
 Checked: greedy tokens and every step's top-5 logits (run --json) identical to one process for a
 150-token prefill + decode, chunked prefill, DSpark, a saved session continued, each rank's experts
-streamed from disk; `ds41 serve` answers (single, concurrent = batched
+streamed from disk, per-host copies made by `ds41 split`; `ds41 serve` answers (single, concurrent = batched
 steps, streamed) identical to a single-process server's; `ds41 bench` per-rank figures; a rank
 whose checkpoint is truncated, a rank with another binary, and a rank killed mid-job each end the
 job with an error on rank 0 and no hang.
@@ -146,7 +146,16 @@ def check_run_modes(model, tmp):
     streamed = run(mpirun(2, base + ["--expert-slots", "2"]))
     assert streamed.stderr.count("streamed from disk through 2 slots") == 2, streamed.stderr
     same_run(one, json.loads(streamed.stdout), "experts streamed from disk, 2 ranks")
-    print("run: 1/2/4 ranks identical (plain, chunked, dspark, session, experts streamed)")
+    # Per-host copies (`ds41 split`): each rank runs in its own directory holding only its part.
+    for r in range(2):
+        os.makedirs(os.path.join(tmp, f"host{r}"))
+        run([DS41, "split", "-m", model, "--ranks", "2", "--rank", str(r), "--out", os.path.join(tmp, f"host{r}", "m"),
+             "--quiet"])
+    rel = ["run", "-m", "m"] + base[3:]
+    cmd = ["mpirun", "--oversubscribe", "-np", "1", "-wdir", os.path.join(tmp, "host0"), DS41] + rel + \
+          [":", "-np", "1", "-wdir", os.path.join(tmp, "host1"), DS41] + rel
+    same_run(one, json.loads(run(cmd).stdout), "split copies, 2 ranks")
+    print("run: 1/2/4 ranks identical (plain, chunked, dspark, session, experts streamed, split copies)")
 
 
 def check_bench(model):
