@@ -27,11 +27,19 @@ uint64_t checkpoint_fingerprint(const std::string& dir, const TensorStore& store
     h = fnv1a64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), h);
     h = fnv1a64(reinterpret_cast<const uint8_t*>("|"), 1, h);
   }
-  for (const TensorInfo& t : store.tensors()) {
+  const std::vector<TensorInfo>& tensors = store.tensors();
+  for (const TensorInfo& t : tensors) {
     h = fnv1a64(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
     const int64_t fields[] = {int64_t(t.dtype), int64_t(t.nbytes), int64_t(t.shape.size())};
     h = fnv1a64(reinterpret_cast<const uint8_t*>(fields), sizeof fields, h);
     h = fnv1a64(reinterpret_cast<const uint8_t*>(t.shape.data()), t.shape.size() * sizeof(int64_t), h);
+  }
+  // And the first bytes of 16 tensors spread over the list (a page read each), so that two
+  // checkpoints of the same shapes with different weights (another seed, a fine-tune) differ.
+  constexpr size_t kSamples = 16, kSampleBytes = 256;
+  for (size_t i = 0; i < kSamples && !tensors.empty(); ++i) {
+    const TensorInfo& t = tensors[i * tensors.size() / kSamples];
+    h = fnv1a64(t.data, std::min(t.nbytes, kSampleBytes), h);
   }
   return h;
 }

@@ -20,8 +20,8 @@ namespace ds41 {
 
 inline constexpr const char* kSplitMarkerFileName = "ds41_split.json";
 
-// A hash of the config files and every tensor's name, type, shape and size (not the data: a rank
-// hashes it in milliseconds whatever the checkpoint's size).
+// A hash of the config files, every tensor's name, type, shape and size, and the first bytes of 16
+// tensors spread over the list (a few page reads: milliseconds whatever the checkpoint's size).
 uint64_t checkpoint_fingerprint(const std::string& dir, const TensorStore& store);
 
 struct SplitMarker {

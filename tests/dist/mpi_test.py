@@ -194,6 +194,16 @@ def check_failures(model, tmp):
           [":", "-np", "1", "-wdir", bad, DS41] + args
     p = run(cmd, check=False)
     assert p.returncode != 0 and "rank 1" in p.stderr and shard in p.stderr, p.stderr[-2000:]
+    # A follower whose checkpoint has the same shapes but other weights (another seed).
+    other_model = os.path.join(tmp, "otherseed", "m")
+    run([DS41, "mkmodel", "--preset", "tiny", "--seed", "7", "--out", other_model, "--quiet", "--threads", "2"])
+    for f in os.listdir(model):  # the same files beside the weights (tokenizer, Engram map)
+        if not f.endswith(".safetensors") and not f.endswith(".json") and not os.path.exists(os.path.join(other_model, f)):
+            shutil.copy(os.path.join(model, f), other_model)
+    cmd = ["mpirun", "--oversubscribe", "-np", "1", "-wdir", good, DS41] + args + \
+          [":", "-np", "1", "-wdir", os.path.dirname(other_model), DS41] + args
+    p = run(cmd, check=False)
+    assert p.returncode != 0 and "rank 1" in p.stderr and "checkpoint differs" in p.stderr, p.stderr[-2000:]
     # A follower running another binary (a copy with one more byte).
     other = os.path.join(tmp, "ds41-other")
     shutil.copy(DS41, other)
@@ -229,7 +239,7 @@ def check_failures(model, tmp):
     finally:
         if proc.poll() is None:
             proc.kill()
-    print("failures: truncated shard on rank 1, other binary, killed rank: each ended the job with an error")
+    print("failures: truncated shard on rank 1, other weights on rank 1, other binary, killed rank: each ended the job with an error")
 
 
 def main():
