@@ -81,7 +81,7 @@ struct TickingResponder : HttpResponder {
 
 class HttpServerTest : public ::testing::Test {
  protected:
-  void start(HttpServerOptions opt = {}) {
+  void start(HttpServerOptions opt = {}, HttpServer::Gate gate = {}) {
     opt.host = "127.0.0.1";
     opt.port = 0;
     server_ = std::make_unique<HttpServer>(opt, [this](const HttpRequest*, int status, const std::string& msg) {
@@ -90,6 +90,10 @@ class HttpServerTest : public ::testing::Test {
     });
     server_->route("GET", "/ping", [](const HttpRequest&) -> HttpReply { return HttpResponse{200, "text/plain", {}, "pong"}; });
     server_->route("POST", "/echo", [](const HttpRequest& r) -> HttpReply { return HttpResponse{200, "text/plain", {}, r.body}; }, true);
+    server_->route("GET", "/items/special", [](const HttpRequest&) -> HttpReply { return HttpResponse{200, "text/plain", {}, "exact"}; });
+    server_->route_prefix("GET", "/items/", [](const HttpRequest& r) -> HttpReply {
+      return HttpResponse{200, "text/plain", {}, "item " + r.path.substr(7)};
+    });
     server_->route("POST", "/stream", [this](const HttpRequest& r) -> HttpReply {
       auto t = std::make_shared<TickingResponder>(std::stoi(r.body), true);
       last_ = t;
@@ -108,6 +112,7 @@ class HttpServerTest : public ::testing::Test {
       };
       return std::shared_ptr<HttpResponder>(std::make_shared<Broken>());
     }, true);
+    if (gate) server_->set_gate(std::move(gate));
     std::string error;
     ASSERT_TRUE(server_->bind(error)) << error;
     port_ = server_->port();
@@ -195,6 +200,62 @@ TEST_F(HttpServerTest, AnswersRoutesAndSaysWhatIsWrongWithOthers) {
             std::string::npos);
   const std::string cont = exchange("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\nok");
   EXPECT_EQ(statuses(cont), (std::vector<int>{100, 200}));
+}
+
+TEST_F(HttpServerTest, PrefixRoutesTakeWhatNoExactRouteMatches) {
+  start();
+  const auto body = [](const std::string& wire) { return wire.substr(wire.find("\r\n\r\n") + 4); };
+  EXPECT_EQ(body(exchange("GET /items/special HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), "exact");
+  EXPECT_EQ(body(exchange("GET /items/42 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), "item 42");
+  EXPECT_EQ(statuses(exchange("GET /items/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), std::vector<int>{404});
+  const std::string wrong = exchange("POST /items/42 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(statuses(wrong), std::vector<int>{405});
+  EXPECT_NE(wrong.find("Allow: GET"), std::string::npos);
+}
+
+// CORS is off unless origins are given: then a preflight (OPTIONS, before any gate) gets 204 with
+// the path's methods, and every answer to an allowed origin carries Access-Control-Allow-Origin,
+// streamed ones included; an origin not allowed gets no CORS header.
+TEST_F(HttpServerTest, CorsOnlyWhenOriginsAreGiven) {
+  start();
+  const std::string off = exchange("OPTIONS /echo HTTP/1.1\r\nHost: x\r\nOrigin: http://a.test\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(statuses(off), std::vector<int>{405});
+  EXPECT_EQ(off.find("Access-Control"), std::string::npos);
+  TearDown();
+  HttpServerOptions opt;
+  opt.cors_origins = {"http://a.test", "http://b.test:8000"};
+  start(opt, [](const HttpRequest& r) -> std::optional<HttpResponse> {
+    if (r.path == "/ping") return HttpResponse{401, "text/plain", {}, "key"};
+    return std::nullopt;
+  });
+  const std::string pre = exchange(
+      "OPTIONS /echo HTTP/1.1\r\nHost: x\r\nOrigin: http://b.test:8000\r\nAccess-Control-Request-Method: POST\r\n"
+      "Access-Control-Request-Headers: authorization, content-type\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(statuses(pre), std::vector<int>{204});
+  EXPECT_NE(pre.find("Access-Control-Allow-Origin: http://b.test:8000\r\n"), std::string::npos);
+  EXPECT_NE(pre.find("Access-Control-Allow-Methods: POST, OPTIONS\r\n"), std::string::npos);
+  EXPECT_NE(pre.find("Access-Control-Allow-Headers: authorization, content-type\r\n"), std::string::npos);
+  EXPECT_NE(pre.find("Vary: Origin"), std::string::npos);
+  const std::string stranger = exchange("OPTIONS /echo HTTP/1.1\r\nHost: x\r\nOrigin: http://c.test\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(statuses(stranger), std::vector<int>{204});
+  EXPECT_EQ(stranger.find("Access-Control"), std::string::npos);
+  EXPECT_EQ(statuses(exchange("OPTIONS /none HTTP/1.1\r\nHost: x\r\nOrigin: http://a.test\r\nConnection: close\r\n\r\n")),
+            std::vector<int>{404});
+  // The gate's answer (an error) carries the header too, so the page can read why.
+  const std::string denied = exchange("GET /ping HTTP/1.1\r\nHost: x\r\nOrigin: http://a.test\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(statuses(denied), std::vector<int>{401});
+  EXPECT_NE(denied.find("Access-Control-Allow-Origin: http://a.test\r\n"), std::string::npos);
+  const std::string streamed = exchange(
+      "POST /stream HTTP/1.1\r\nHost: x\r\nOrigin: http://a.test\r\nContent-Length: 1\r\nConnection: close\r\n\r\n2");
+  EXPECT_EQ(statuses(streamed), std::vector<int>{200});
+  EXPECT_NE(streamed.find("Access-Control-Allow-Origin: http://a.test\r\n"), std::string::npos);
+  EXPECT_NE(streamed.find("piece 1"), std::string::npos);
+  TearDown();
+  opt.cors_origins = {"*"};
+  start(opt);
+  const std::string any = exchange("GET /ping HTTP/1.1\r\nHost: x\r\nOrigin: http://z.test\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(any.find("Access-Control-Allow-Origin: *\r\n"), std::string::npos);
+  EXPECT_EQ(any.find("Vary: Origin"), std::string::npos);
 }
 
 // What a handler, a responder or the error maker throws ends that answer (500, or the error as

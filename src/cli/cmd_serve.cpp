@@ -99,6 +99,7 @@ int cmd_serve(int argc, char** argv) {
       {"max-connections", "N", "open connections at most (the one waiting longest for its request makes room)", "1024"},
       {"request-timeout", "S", "seconds a client has to send a whole request", "30"},
       {"drain-timeout", "S", "on SIGTERM/SIGINT: seconds answers in progress may take to finish", "30"},
+      {"cors-origin", "ORIGIN", "let browser pages from ORIGIN call the API (CORS; * = any; repeatable; default: none)", ""},
       {"threads", "N", "worker threads (0 = all cores)", "0"}};
   for (auto& s : sampling_option_specs()) specs.push_back(s);
   for (auto& s : memory_option_specs()) specs.push_back(s);
@@ -133,6 +134,13 @@ int cmd_serve(int argc, char** argv) {
   if (so.max_body_bytes < 1) throw Error("--max-body-mb must be >= 1");
   so.http.max_connections = int(args.get_int("max-connections", 1024));
   so.http.request_timeout_s = int(args.get_int("request-timeout", 30));
+  for (const std::string& o : args.get_all("cors-origin")) {
+    // An origin is scheme://host[:port], no path: what browsers send in the Origin header.
+    const size_t scheme = o.find("://");
+    if (o != "*" && (scheme == std::string::npos || o.find('/', scheme + 3) != std::string::npos || o.size() == scheme + 3))
+      throw Error("--cors-origin " + o + ": expected * or an origin such as http://localhost:3000 (scheme://host[:port])");
+    so.http.cors_origins.push_back(o);
+  }
   const double drain_s = args.get_double("drain-timeout", 30);
   if (so.http.max_connections < 1) throw Error("--max-connections must be >= 1");
   if (so.http.request_timeout_s < 1) throw Error("--request-timeout must be >= 1");

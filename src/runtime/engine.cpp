@@ -138,6 +138,9 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
   req.max_tokens = std::min(req.max_tokens, opt_.max_context - prompt_len);
   for (int32_t id : req.forced)
     if (id < 0 || id >= c.vocab_size) throw Error("forced token id " + std::to_string(id) + " is outside the vocabulary");
+  if (req.logprobs < -1 || req.logprobs > kMaxTopLogprobs)
+    throw Error("logprobs: at most " + std::to_string(kMaxTopLogprobs) + " alternatives per token");
+  if (req.prompt_logprobs && !req.images.empty()) throw Error("prompt log-probabilities are not available with images");
   Sampler check(req.sampling);  // throws on invalid options
   (void)check;
   if (req.arrived == std::chrono::steady_clock::time_point{}) req.arrived = std::chrono::steady_clock::now();
@@ -209,6 +212,29 @@ void Engine::run() {
 
 // A server's log says how a long prefill is going: once it has run for 2 s, a line at each quarter
 // of the prompt (and at its end).
+// The prompt's own log-probabilities (completions' echo): one forward pass with every
+// position's logits over a fresh sequence, beside the request's (whose prefill may come from the
+// prefix cache and runs in chunks).
+EngineEvent Engine::prompt_logprobs(const Slot& s) const {
+  EngineEvent ev;
+  ev.kind = EngineEvent::Kind::Prompt;
+  const std::vector<int32_t>& prompt = s.req.prompt;
+  SequenceState st = model_.new_sequence();
+  ForwardOptions fo;
+  fo.all_logits = true;
+  const int64_t V = model_.config().vocab_size;
+  // In chunks of 64 positions: every position's logits at once would be 0.5 MB a token.
+  constexpr size_t kChunk = 64;
+  std::vector<float> logits;
+  for (size_t at = 0; at + 1 < prompt.size(); at += kChunk) {
+    const size_t end = std::min(prompt.size() - 1, at + kChunk);  // the last token predicts nothing asked for
+    model_.forward_into(logits, st, std::vector<int32_t>(prompt.begin() + long(at), prompt.begin() + long(end)), fo, pool_);
+    for (size_t i = at; i < end; ++i)
+      ev.prompt.push_back(token_logprob(logits.data() + int64_t(i - at) * V, V, prompt[i + 1], std::max(0, s.req.logprobs)));
+  }
+  return ev;
+}
+
 void Engine::log_prefill(Slot& s, size_t prompt_tokens) {
   const double took = now_s() - s.prefill_started_at;
   if (took < 2.0 && s.logged_quarter < 0) return;
@@ -274,12 +300,14 @@ bool Engine::step(Slot& s) {
     metrics_.prompt_tokens += int64_t(prompt.size());
     SequenceState start = cached ? std::move(*cached) : model_.new_sequence();
     std::optional<SpeculativeOptions> spec;
-    if (opt_.dspark && s.req.forced.empty()) {
+    const bool logprobs = s.req.logprobs >= 0;
+    if (opt_.dspark && s.req.forced.empty() && !logprobs) {
       spec.emplace();
       spec->draft_tokens = opt_.draft_tokens;
       spec->confidence_threshold = opt_.dspark_confidence;
     }
-    s.decoder = RequestDecoder::make(model_, std::move(start), s.req.sampling, pool_, spec ? &*spec : nullptr);
+    s.decoder = RequestDecoder::make(model_, std::move(start), s.req.sampling, pool_, spec ? &*spec : nullptr, logprobs);
+    if (s.req.prompt_logprobs) h.push(prompt_logprobs(s));
   }
   if (s.fed < prompt.size()) {
     if (s.prefill_started_at == 0) s.prefill_started_at = now_s();  // before the first chunk runs
@@ -317,7 +345,13 @@ bool Engine::step(Slot& s) {
   s.last_token_at = t;
   ++s.generated;
   ++metrics_.generated_tokens;
-  h.push({EngineEvent::Kind::Token, *tok, FinishReason::Stop, {}});
+  EngineEvent ev{EngineEvent::Kind::Token, *tok, FinishReason::Stop, {}, {}, {}};
+  if (s.req.logprobs >= 0) {
+    const std::vector<float>* logits = s.decoder->step_logits();
+    if (!logits) throw Error("logprobs: the decoder gave no logits (internal error)");
+    ev.logprob = token_logprob(logits->data(), int64_t(logits->size()), *tok, s.req.logprobs);
+  }
+  h.push(std::move(ev));
   if (!s.req.force_trigger.empty() && s.forced_at == 0) {
     s.tail.push_back(*tok);
     if (s.tail.size() > s.req.force_trigger.size()) s.tail.erase(s.tail.begin());

@@ -21,6 +21,7 @@
 
 #include "model/model.h"
 #include "runtime/generation.h"
+#include "runtime/logprobs.h"
 #include "runtime/sampler.h"
 #include "runtime/prefix_cache.h"
 #include "vision/image_decode.h"
@@ -63,13 +64,22 @@ struct EngineRequest {
   // here, queueing included. Unset: the moment submit() is called.
   std::chrono::steady_clock::time_point arrived{};
   std::string label;  // names the request in the server's log (its response id)
+  // -1: no log-probabilities. 0..kMaxTopLogprobs: each token event carries the token's
+  // log-probability and this many likeliest alternatives (runtime/logprobs.h); such a request
+  // decodes plainly (no DSpark) and its steps compute every logit (no greedy head screen).
+  int logprobs = -1;
+  // The prompt's log-probabilities too (completions' echo): one Prompt event before the first
+  // token, from one extra forward pass over the prompt.
+  bool prompt_logprobs = false;
 };
 
 struct EngineEvent {
-  enum class Kind { Token, Done, Error } kind = Kind::Token;
+  enum class Kind { Token, Done, Error, Prompt } kind = Kind::Token;
   int32_t token = -1;
   FinishReason finish = FinishReason::Stop;
   std::string error;
+  TokenLogprob logprob;               // Token, when the request asked for logprobs
+  std::vector<TokenLogprob> prompt;   // Prompt: positions 1 .. P-1 of the prompt (position 0 has none)
 };
 
 // The request's side of the conversation with the engine; shared by the HTTP handler and the
@@ -142,6 +152,7 @@ class Engine {
   void run();
   bool step(Slot& s);  // false when the slot is finished
   void log_prefill(Slot& s, size_t prompt_tokens);
+  EngineEvent prompt_logprobs(const Slot& s) const;
 
   const Model& model_;
   ThreadPool* pool_;

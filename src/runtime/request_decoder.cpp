@@ -10,8 +10,14 @@ namespace {
 
 class PlainDecoder final : public RequestDecoder {
  public:
-  PlainDecoder(const Model& model, SequenceState start, const SamplerOptions& sampling, ThreadPool* pool)
-      : model_(model), gen_(model, std::move(start), Sampler(sampling), pool) {}
+  PlainDecoder(const Model& model, SequenceState start, const SamplerOptions& sampling, ThreadPool* pool, bool full_logits)
+      : model_(model), gen_(model, std::move(start), Sampler(sampling), pool, forward_options(full_logits)) {}
+  static ForwardOptions forward_options(bool full_logits) {
+    ForwardOptions fo;
+    if (full_logits) fo.head_top_k = -1;  // every logit, whatever the sampler
+    return fo;
+  }
+  const std::vector<float>* step_logits() const override { return &gen_.last_logits(); }
   void feed(const std::vector<int32_t>& ids, const InputEmbeddings* inputs) override { gen_.feed(ids, 0, {}, inputs); }
   std::optional<int32_t> next_token(int64_t) override { return gen_.next_token(); }
   std::optional<int32_t> force_token(int32_t id) override { return gen_.force_token(id); }
@@ -78,9 +84,11 @@ class SpeculativeRequestDecoder final : public RequestDecoder {
 }  // namespace
 
 std::unique_ptr<RequestDecoder> RequestDecoder::make(const Model& model, SequenceState start, const SamplerOptions& sampling,
-                                                     ThreadPool* pool, const SpeculativeOptions* speculative) {
+                                                     ThreadPool* pool, const SpeculativeOptions* speculative,
+                                                     bool full_logits) {
+  if (speculative && full_logits) throw Error("a speculative request does not give every step's logits");
   if (speculative) return std::make_unique<SpeculativeRequestDecoder>(model, std::move(start), sampling, pool, *speculative);
-  return std::make_unique<PlainDecoder>(model, std::move(start), sampling, pool);
+  return std::make_unique<PlainDecoder>(model, std::move(start), sampling, pool, full_logits);
 }
 
 }  // namespace ds41

@@ -22,8 +22,10 @@ class RequestDecoder {
  public:
   // Plain decoding, or DSpark draft + verify cycles when `speculative` is given (the caller gives
   // it only to requests with nothing to force).
+  // `full_logits`: every step computes all logits (no greedy head screen), for logprobs.
   static std::unique_ptr<RequestDecoder> make(const Model& model, SequenceState start, const SamplerOptions& sampling,
-                                              ThreadPool* pool, const SpeculativeOptions* speculative);
+                                              ThreadPool* pool, const SpeculativeOptions* speculative,
+                                              bool full_logits = false);
   virtual ~RequestDecoder() = default;
 
   virtual void feed(const std::vector<int32_t>& ids, const InputEmbeddings* inputs) = 0;
@@ -37,6 +39,8 @@ class RequestDecoder {
   // (Generation::commit_pending_together), or nullptr (nothing pending, context full, speculative).
   virtual Generation* batchable() = 0;
   virtual SpeculativeStats speculative_stats() const { return {}; }
+  // Plain decoding: the logits the last next_token() / force_token() chose from (null otherwise).
+  virtual const std::vector<float>* step_logits() const { return nullptr; }
 };
 
 }  // namespace ds41

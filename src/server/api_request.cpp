@@ -1,5 +1,7 @@
 #include "server/api_request.h"
 
+#include "runtime/logprobs.h"
+
 #include "text/prompt_encoder.h"
 
 #include <cmath>
@@ -354,6 +356,14 @@ ApiRequest parse_chat_completions(const json& b, const ApiDefaults& d) {
   r.tools = normalise_openai_tools(b);
   read_tool_choice(b, r);
   read_openai_sampling(b, r);
+  // logprobs: true adds each token's log-probability; top_logprobs (0-20) that many alternatives.
+  const bool logprobs = get_bool(b, "logprobs", false);
+  if (field(b, "top_logprobs")) {
+    if (!logprobs) throw bad_request("top_logprobs needs logprobs: true", "top_logprobs");
+    r.logprobs = int(get_int(b, "top_logprobs", 0, 0, kMaxTopLogprobs));
+  } else {
+    r.logprobs = logprobs ? 0 : -1;
+  }
   read_thinking(b, r);
   if (const json* rf = field(b, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
@@ -383,8 +393,9 @@ ApiRequest parse_completions(const json& b, const ApiDefaults& d) {
   else wrong_type("prompt", "a string", *p);
   if (r.prompt.empty()) throw bad_request("prompt must not be empty", "prompt");
   if (field(b, "suffix")) throw bad_request("suffix is not supported", "suffix");
-  if (get_bool(b, "echo", false)) throw bad_request("echo is not supported", "echo");
-  if (field(b, "logprobs")) throw bad_request("logprobs is not supported", "logprobs");
+  r.echo = get_bool(b, "echo", false);
+  // logprobs: the number of alternatives per token (0-20; null or absent: none).
+  if (field(b, "logprobs")) r.logprobs = int(get_int(b, "logprobs", 0, 0, kMaxTopLogprobs));
   read_openai_sampling(b, r);
   return r;
 }

@@ -36,6 +36,10 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;  // OpenAI stream_options.include_usage
   nlohmann::ordered_json response_format;  // OpenAI response_format (json_schema passed to the encoder)
+  // -1: none; 0..20: each token's log-probability and this many alternatives (chat logprobs +
+  // top_logprobs; completions logprobs).
+  int logprobs = -1;
+  bool echo = false;  // completions: the prompt leads the text (and its logprobs, with logprobs)
 };
 
 struct ApiDefaults {

@@ -36,11 +36,17 @@ std::string header_safe(std::string s) {
 }
 
 // The status line and headers; `content_length` < 0: chunked (HTTP/1.1) or until close (1.0).
-std::string wire_head(const HttpResponse& r, int64_t content_length, bool chunked, bool close) {
+// `cors_origin`: the Access-Control-Allow-Origin value for this request's origin, or "".
+std::string wire_head(const HttpResponse& r, int64_t content_length, bool chunked, bool close,
+                      const std::string& cors_origin) {
   const auto reason = http::obsolete_reason(http::int_to_status(unsigned(r.status)));
   std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
   out += "Content-Type: " + header_safe(r.content_type) + "\r\n";
   for (const auto& [k, v] : r.headers) out += header_safe(k) + ": " + header_safe(v) + "\r\n";
+  if (!cors_origin.empty()) {
+    out += "Access-Control-Allow-Origin: " + header_safe(cors_origin) + "\r\n";
+    if (cors_origin != "*") out += "Vary: Origin\r\n";
+  }
   if (content_length >= 0) out += "Content-Length: " + std::to_string(content_length) + "\r\n";
   else if (chunked) out += "Transfer-Encoding: chunked\r\n";
   if (close) out += "Connection: close\r\n";
@@ -82,9 +88,14 @@ struct Route {
   std::string method, path;
   HttpHandler handler;
   bool blocking = false;
+  bool prefix = false;  // matches paths that start with `path` (and go on), when no exact route does
 };
 
 class HttpConnection;
+
+bool route_matches(const Route& r, const std::string& path) {
+  return r.prefix ? path.size() > r.path.size() && path.compare(0, r.path.size(), r.path) == 0 : path == r.path;
+}
 
 struct HttpServer::Impl {
   HttpServerOptions opt;
@@ -272,10 +283,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     req.arrived = arrived_;
     http10_ = msg.version() == 10;
     keep_alive_ = msg.keep_alive();
+    cors_origin_ = cors_allow_origin(req.header("Origin"));
     if (srv_.draining) {
       keep_alive_ = false;
       return send_whole(srv_.error(&req, 503, "the server is shutting down"));
     }
+    // A browser's CORS preflight carries no credentials: answered before the gate.
+    if (req.method == "OPTIONS" && !srv_.opt.cors_origins.empty()) return send_whole(preflight(req));
     if (srv_.gate) {
       std::optional<HttpResponse> stop;
       try {
@@ -287,10 +301,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     }
     const Route* route = nullptr;
     std::string allow;
-    for (const Route& r : srv_.routes) {
-      if (r.path != req.path) continue;
-      if (r.method == req.method) route = &r;
-      else allow += (allow.empty() ? "" : ", ") + r.method;
+    for (const bool by_prefix : {false, true}) {  // exact paths first
+      for (const Route& r : srv_.routes) {
+        if (r.prefix != by_prefix || !route_matches(r, req.path)) continue;
+        if (r.method == req.method) route = &r;
+        else allow += (allow.empty() ? "" : ", ") + r.method;
+      }
+      if (route || !allow.empty()) break;
     }
     if (!route && !allow.empty()) {
       HttpResponse e = srv_.error(&req, 405, req.method + " is not allowed on " + req.path + " (use " + allow + ")");
@@ -303,6 +320,34 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       HttpReply reply = self->call(*route, req);
       asio::post(self->stream_.get_executor(), [self, reply = std::move(reply)]() mutable { self->deliver(std::move(reply)); });
     });
+  }
+
+  // The Access-Control-Allow-Origin a request from `origin` gets: "*" when every origin is
+  // allowed, the origin itself when it is one of the allowed ones, else nothing.
+  std::string cors_allow_origin(const std::string& origin) const {
+    const std::vector<std::string>& allowed = srv_.opt.cors_origins;
+    if (allowed.empty()) return "";
+    if (std::find(allowed.begin(), allowed.end(), "*") != allowed.end()) return "*";
+    if (origin.empty() || std::find(allowed.begin(), allowed.end(), origin) == allowed.end()) return "";
+    return origin;
+  }
+
+  HttpResponse preflight(const HttpRequest& req) {
+    std::string methods;
+    for (const bool by_prefix : {false, true}) {
+      for (const Route& r : srv_.routes)
+        if (r.prefix == by_prefix && route_matches(r, req.path)) methods += (methods.empty() ? "" : ", ") + r.method;
+      if (!methods.empty()) break;
+    }
+    if (methods.empty()) return srv_.error(&req, 404, "no such endpoint: " + req.path);
+    HttpResponse r{204, "text/plain", {}, ""};
+    if (cors_origin_.empty()) return r;  // an origin not allowed: no CORS headers, the browser refuses
+    const std::string asked = req.header("Access-Control-Request-Headers");
+    r.headers = {{"Access-Control-Allow-Methods", methods + ", OPTIONS"},
+                 {"Access-Control-Allow-Headers",
+                  asked.empty() ? "Authorization, Content-Type, x-api-key, anthropic-version" : asked},
+                 {"Access-Control-Max-Age", "86400"}};
+    return r;
   }
 
   HttpReply call(const Route& route, const HttpRequest& req) {
@@ -374,11 +419,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       streamed_ = o.streamed;
       if (!streamed_) {
         finished_ = true;
-        const std::string head = wire_head(*o.head, int64_t(o.head->body.size()), false, !keep_alive_);
+        const std::string head = wire_head(*o.head, int64_t(o.head->body.size()), false, !keep_alive_, cors_origin_);
         return write(head + o.head->body, true);
       }
       if (http10_) keep_alive_ = false;  // no chunked coding in HTTP/1.0: the body ends when the connection does
-      bytes = wire_head(*o.head, -1, !http10_, !keep_alive_);
+      bytes = wire_head(*o.head, -1, !http10_, !keep_alive_, cors_origin_);
     }
     if (head_sent_ && streamed_ && !o.data.empty()) bytes += http10_ ? o.data : chunk(o.data);
     if (o.finished) {
@@ -404,7 +449,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void send_whole(HttpResponse r) {
     finished_ = true;
-    write(wire_head(r, int64_t(r.body.size()), false, !keep_alive_) + r.body, true);
+    write(wire_head(r, int64_t(r.body.size()), false, !keep_alive_, cors_origin_) + r.body, true);
   }
 
   // An error before any of the answer is out, then the connection is closed.
@@ -459,6 +504,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   Clock::time_point arrived_{};
   std::atomic<bool> reading_{false};
   std::atomic<Clock::rep> reading_since_{0};
+  std::string cors_origin_;  // Access-Control-Allow-Origin for the request in progress, or ""
   bool keep_alive_ = true, http10_ = false, closed_ = false, writing_ = false;
   bool finished_ = false, head_sent_ = false, streamed_ = false;
 };
@@ -485,7 +531,7 @@ void HttpServer::Impl::refuse(tcp::socket socket) {
   ++n_refused;
   HttpResponse r = error(nullptr, 503, "too many connections (" + std::to_string(opt.max_connections) + "); try again later");
   r.headers.emplace_back("Retry-After", "1");
-  const std::string bytes = wire_head(r, int64_t(r.body.size()), false, true) + r.body;
+  const std::string bytes = wire_head(r, int64_t(r.body.size()), false, true, "") + r.body;
   beast::error_code ec;
   socket.non_blocking(true, ec);
   socket.write_some(asio::buffer(bytes), ec);
@@ -538,6 +584,10 @@ HttpServer::~HttpServer() {
 
 void HttpServer::route(const std::string& method, const std::string& path, HttpHandler handler, bool blocking) {
   impl_->routes.push_back({method, path, std::move(handler), blocking});
+}
+
+void HttpServer::route_prefix(const std::string& method, const std::string& prefix, HttpHandler handler, bool blocking) {
+  impl_->routes.push_back({method, prefix, std::move(handler), blocking, /*prefix=*/true});
 }
 
 void HttpServer::set_gate(Gate gate) { impl_->gate = std::move(gate); }

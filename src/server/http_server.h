@@ -80,6 +80,9 @@ struct HttpServerOptions {
   int request_timeout_s = 30;  // a whole request (head and body) must arrive within this
   int write_timeout_s = 60;    // a client that reads nothing for this long is gone
   int max_connections = 1024;
+  // Origins allowed to call the server from a browser (CORS): "*" for any; empty (default): no
+  // CORS headers, and OPTIONS is a method like any other (405 where a path does not route it).
+  std::vector<std::string> cors_origins;
 };
 
 struct HttpServerStats {
@@ -106,6 +109,8 @@ class HttpServer {
 
   // `blocking` handlers run on a worker thread; the others on an I/O thread (they must be quick).
   void route(const std::string& method, const std::string& path, HttpHandler handler, bool blocking = false);
+  // Paths that start with `prefix` and go on (GET /v1/models/{id}), where no exact route matches.
+  void route_prefix(const std::string& method, const std::string& prefix, HttpHandler handler, bool blocking = false);
   // Runs before routing; a response ends the request there (authentication).
   void set_gate(Gate gate);
 

@@ -1,5 +1,10 @@
 #include "server/response_writer.h"
 
+#include <cmath>
+
+#include "text/tokenizer.h"
+#include "text/utf8.h"
+
 namespace ds41 {
 
 using json = nlohmann::json;
@@ -26,14 +31,67 @@ json openai_usage(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+// A token as logprobs spell it: its text (U+FFFD for a partial character) and its bytes.
+struct TokenSpelling {
+  std::string text;
+  std::vector<uint8_t> bytes;
+};
+TokenSpelling spell(const Tokenizer* tok, int32_t id) {
+  if (!tok || id < 0 || id >= tok->vocab_size()) return {"", {}};
+  const std::string_view b = tok->token_bytes(id);
+  return {utf8_lossy(b), std::vector<uint8_t>(b.begin(), b.end())};
+}
+// JSON has no -inf: an impossible token gets OpenAI's -9999.
+double wire_logprob(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
+
+// OpenAI chat's {"token", "logprob", "bytes", "top_logprobs"} entry.
+json chat_logprob_entry(const Tokenizer* tok, const TokenLogprob& lp) {
+  const TokenSpelling sp = spell(tok, lp.token);
+  json top = json::array();
+  for (const auto& [id, v] : lp.top) {
+    const TokenSpelling t = spell(tok, id);
+    top.push_back({{"token", t.text}, {"logprob", wire_logprob(v)}, {"bytes", t.bytes}});
+  }
+  return {{"token", sp.text}, {"logprob", wire_logprob(lp.logprob)}, {"bytes", sp.bytes}, {"top_logprobs", top}};
+}
+
+// OpenAI completions' parallel arrays, appended to as tokens come.
+struct CompletionLogprobs {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), text_offset = json::array();
+  void add(const Tokenizer* tok, int32_t id, const TokenLogprob* lp, int64_t offset) {
+    tokens.push_back(spell(tok, id).text);
+    token_logprobs.push_back(lp ? json(wire_logprob(lp->logprob)) : json(nullptr));
+    if (!lp) {
+      top_logprobs.push_back(nullptr);
+    } else {
+      json top = json::object();
+      for (const auto& [t, v] : lp->top) {
+        const std::string key = spell(tok, t).text;
+        if (!top.contains(key)) top[key] = wire_logprob(v);  // two ids of one spelling: the likelier
+      }
+      top_logprobs.push_back(top);
+    }
+    text_offset.push_back(offset);
+  }
+  bool empty() const { return tokens.empty(); }
+  json to_json() const {
+    return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", text_offset}};
+  }
+};
+
 json tool_call_json(const ToolCallOut& t) {
   return {{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}};
 }
 
 class ChatWriter : public ResponseWriter {
  public:
-  ChatWriter(const ApiRequest& r, std::string id, std::string model, int64_t created)
-      : stream_(r.stream), usage_chunk_(r.include_usage), id_(std::move(id)), model_(std::move(model)), created_(created) {}
+  ChatWriter(const ApiRequest& r, std::string id, std::string model, int64_t created, const Tokenizer* tok)
+      : stream_(r.stream), usage_chunk_(r.include_usage), logprobs_(r.logprobs >= 0), id_(std::move(id)),
+        model_(std::move(model)), created_(created), tok_(tok) {}
+
+  void token_logprob(const TokenLogprob& lp) override {
+    (stream_ ? pending_logprobs_ : all_logprobs_).push_back(chat_logprob_entry(tok_, lp));
+  }
 
   std::string start(const Usage&) override {
     if (!stream_) return {};
@@ -65,7 +123,8 @@ class ChatWriter : public ResponseWriter {
                {"object", "chat.completion"},
                {"created", created_},
                {"model", model_},
-               {"choices", json::array({{{"index", 0}, {"message", msg}, {"finish_reason", openai_finish(why)}, {"logprobs", nullptr}}})},
+               {"choices", json::array({{{"index", 0}, {"message", msg}, {"finish_reason", openai_finish(why)},
+                                         {"logprobs", logprobs_ ? json{{"content", all_logprobs_}, {"refusal", nullptr}} : json(nullptr)}}})},
                {"usage", openai_usage(u)}};
       return {};
     }
@@ -85,15 +144,23 @@ class ChatWriter : public ResponseWriter {
 
  private:
   json base(const char* object) const { return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}}; }
+  // A chunk carries the log-probabilities of the tokens since the previous chunk.
   std::string chunk(const json& delta, const char* finish) {
     json j = base("chat.completion.chunk");
-    j["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
+    json lp = nullptr;
+    if (logprobs_ && (!pending_logprobs_.empty() || finish)) {
+      lp = {{"content", pending_logprobs_}, {"refusal", nullptr}};
+      pending_logprobs_ = json::array();
+    }
+    j["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", lp},
                                  {"finish_reason", finish ? json(finish) : json(nullptr)}}});
     return sse(j);
   }
-  bool stream_, usage_chunk_;
+  bool stream_, usage_chunk_, logprobs_;
   std::string id_, model_;
   int64_t created_;
+  const Tokenizer* tok_;
+  json pending_logprobs_ = json::array(), all_logprobs_ = json::array();
   std::string reasoning_, content_;
   json calls_ = json::array();
   int n_calls_ = 0;
@@ -102,9 +169,26 @@ class ChatWriter : public ResponseWriter {
 
 class CompletionWriter : public ResponseWriter {
  public:
-  CompletionWriter(const ApiRequest& r, std::string id, std::string model, int64_t created)
-      : stream_(r.stream), usage_chunk_(r.include_usage), id_(std::move(id)), model_(std::move(model)), created_(created) {}
-  std::string start(const Usage&) override { return {}; }
+  CompletionWriter(const ApiRequest& r, std::string id, std::string model, int64_t created, const Tokenizer* tok)
+      : stream_(r.stream), usage_chunk_(r.include_usage), logprobs_(r.logprobs >= 0), echo_(r.echo), prompt_(r.prompt),
+        id_(std::move(id)), model_(std::move(model)), created_(created), tok_(tok) {}
+  std::string start(const Usage&) override {
+    if (!echo_) return {};
+    // echo: the answer's text starts with the prompt.
+    if (!stream_) {
+      text_ = prompt_;
+      return {};
+    }
+    return chunk(prompt_, nullptr);
+  }
+  void prompt_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogprob>& lps) override {
+    // Each prompt token at its byte offset in the echoed text; the first has no log-probability.
+    // A BOS the server put before the client's text is not part of it: left out (the next token's
+    // value, conditioned on it, stays).
+    const bool added_bos = !ids.empty() && tok_ && tok_->is_special(ids[0]) && prompt_.rfind(spell(tok_, ids[0]).text, 0) != 0;
+    for (size_t i = added_bos ? 1 : 0; i < ids.size(); ++i) add(ids[i], i == 0 ? nullptr : &lps[i - 1]);
+  }
+  void token_logprob(const TokenLogprob& lp) override { add(lp.token, &lp); }
   std::string delta(const ReplyDelta& d) override {
     const std::string t = d.reasoning + d.content;
     text_ += t;
@@ -114,7 +198,8 @@ class CompletionWriter : public ResponseWriter {
   std::string finish(EndReason why, const std::string&, const Usage& u) override {
     if (!stream_) {
       body_ = base();
-      body_["choices"] = json::array({{{"index", 0}, {"text", text_}, {"logprobs", nullptr}, {"finish_reason", openai_finish(why)}}});
+      body_["choices"] = json::array({{{"index", 0}, {"text", text_}, {"logprobs", logprobs_ ? all_.to_json() : json(nullptr)},
+                                       {"finish_reason", openai_finish(why)}}});
       body_["usage"] = openai_usage(u);
       return {};
     }
@@ -136,13 +221,29 @@ class CompletionWriter : public ResponseWriter {
   json base() const { return {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_}}; }
   std::string chunk(const std::string& text, const char* finish) {
     json j = base();
-    j["choices"] = json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
+    json lp = nullptr;
+    if (logprobs_ && (!pending_.empty() || finish)) {
+      lp = pending_.to_json();
+      pending_ = CompletionLogprobs{};
+    }
+    j["choices"] = json::array({{{"index", 0}, {"text", text}, {"logprobs", lp},
                                  {"finish_reason", finish ? json(finish) : json(nullptr)}}});
     return sse(j);
   }
-  bool stream_, usage_chunk_;
+  bool stream_, usage_chunk_, logprobs_, echo_;
+  std::string prompt_;
   std::string id_, model_;
   int64_t created_;
+  const Tokenizer* tok_;
+  // A token at its offset in the text, in characters as OpenAI counts them (the characters the
+  // tokens before it began: a token that ends inside a character counts it).
+  void add(int32_t id, const TokenLogprob* lp) {
+    (stream_ ? pending_ : all_).add(tok_, id, lp, chars_);
+    if (tok_)
+      for (const char c : tok_->token_bytes(id)) chars_ += (uint8_t(c) & 0xC0) != 0x80;
+  }
+  CompletionLogprobs pending_, all_;
+  int64_t chars_ = 0;
   std::string text_;
   json body_;
 };
@@ -241,10 +342,11 @@ class AnthropicWriter : public ResponseWriter {
 }  // namespace
 
 std::unique_ptr<ResponseWriter> make_response_writer(const ApiRequest& r, const std::string& id,
-                                                     const std::string& model_name, int64_t created) {
+                                                     const std::string& model_name, int64_t created,
+                                                     const Tokenizer* tokenizer) {
   switch (r.kind) {
-    case ApiKind::ChatCompletions: return std::make_unique<ChatWriter>(r, id, model_name, created);
-    case ApiKind::Completions: return std::make_unique<CompletionWriter>(r, id, model_name, created);
+    case ApiKind::ChatCompletions: return std::make_unique<ChatWriter>(r, id, model_name, created, tokenizer);
+    case ApiKind::Completions: return std::make_unique<CompletionWriter>(r, id, model_name, created, tokenizer);
     case ApiKind::AnthropicMessages: return std::make_unique<AnthropicWriter>(r, id, model_name);
   }
   return nullptr;

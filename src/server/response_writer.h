@@ -9,10 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/logprobs.h"
 #include "server/api_request.h"
 #include "server/text_side.h"
 
 namespace ds41 {
+
+class Tokenizer;
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
@@ -27,6 +30,11 @@ class ResponseWriter {
   // Streaming: the text to send now (may be empty). Non-streaming: accumulates, returns "".
   virtual std::string start(const Usage& u) = 0;
   virtual std::string delta(const ReplyDelta& d) = 0;
+  // A generated token's log-probabilities (requests with logprobs), before the delta of that
+  // token: they go out with the next text (streaming) or in the body.
+  virtual void token_logprob(const TokenLogprob&) {}
+  // The prompt's (completions' echo with logprobs): ids 1.. of the prompt; `prompt_ids` all of them.
+  virtual void prompt_logprobs(const std::vector<int32_t>& prompt_ids, const std::vector<TokenLogprob>&) {}
   virtual std::string finish(EndReason why, const std::string& stop_sequence, const Usage& u) = 0;
   // Non-streaming: the whole JSON body (after finish).
   virtual nlohmann::json body() const = 0;
@@ -35,8 +43,10 @@ class ResponseWriter {
 };
 
 // `id` is the response id ("chatcmpl-…", "cmpl-…", "msg_…"), `created` seconds since the epoch.
+// `tokenizer` spells the tokens of logprobs.
 std::unique_ptr<ResponseWriter> make_response_writer(const ApiRequest& r, const std::string& id,
-                                                     const std::string& model_name, int64_t created);
+                                                     const std::string& model_name, int64_t created,
+                                                     const Tokenizer* tokenizer = nullptr);
 
 // JSON as sent to a client. Strings that came from outside (a request path, a header, model
 // output) may hold bytes that are not UTF-8: they are sent as U+FFFD instead of failing the answer.

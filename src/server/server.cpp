@@ -12,6 +12,8 @@
 #include "server/http_server.h"
 #include "server/response_writer.h"
 #include "server/text_side.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
 #include "vision/image_decode.h"
 #include "vision/image_grid.h"
 
@@ -39,6 +41,7 @@ struct Job : HttpResponder {
   std::string abort_reason;  // why the server cancelled it (shutting down)
   std::string stop_sequence;
   std::atomic<int64_t>* errors = nullptr;  // the server's error counter
+  std::vector<int32_t> stop_ids;           // end-of-sequence ids (no logprobs entry)
 
   void start(std::function<void()> wake) override { handle->set_listener(std::move(wake)); }
 
@@ -97,8 +100,15 @@ struct Job : HttpResponder {
     }
     EngineEvent ev;
     while (!done && handle->next(ev, 0)) {
+      if (ev.kind == EngineEvent::Kind::Prompt) {
+        writer->prompt_logprobs(prompt.ids, ev.prompt);
+        continue;
+      }
       if (ev.kind == EngineEvent::Kind::Token) {
         ++usage.completion_tokens;
+        // The end-of-sequence token is not part of the answer: no log-probability entry for it.
+        if (ev.logprob.token >= 0 && std::find(stop_ids.begin(), stop_ids.end(), ev.token) == stop_ids.end())
+          writer->token_logprob(ev.logprob);
         ReplyDelta d = decoder->feed(ev.token);
         saw_tool_calls |= !d.tool_calls.empty();
         out += writer->delta(d);
@@ -185,7 +195,8 @@ struct Server::Impl {
     ++http_errors;
     std::string message = msg;
     if (status == 404 && req && message.rfind("no such endpoint", 0) == 0)
-      message += " (endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models, /health, /metrics)";
+      message += " (endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages, /tokenize, /detokenize; GET "
+                 "/v1/models, /v1/models/{id}, /health, /metrics)";
     return HttpResponse{status, "application/json", {}, wire_json(error_body(kind_of(req), status, type ? type : error_type(status), message, param))};
   }
 
@@ -246,12 +257,15 @@ struct Server::Impl {
       er.sampling = r.sampling;
       er.max_tokens = r.max_tokens < 0 ? ctx - n_prompt : std::min(r.max_tokens, ctx - n_prompt);
       er.stop_ids = text.stop_ids();
+      job->stop_ids = er.stop_ids;
+      er.logprobs = r.logprobs;
+      er.prompt_logprobs = r.echo && r.logprobs >= 0;
       er.arrived = http_req.arrived;
       job->decoder = text.reply_decoder(r);
       job->usage.prompt_tokens = n_prompt;
       const std::string prefix = kind == ApiKind::ChatCompletions ? "chatcmpl-" : kind == ApiKind::Completions ? "cmpl-" : "msg_";
       const std::string id = prefix + std::to_string(unix_now()) + "-" + std::to_string(next_id++);
-      job->writer = make_response_writer(r, id, opt.model_name, unix_now());
+      job->writer = make_response_writer(r, id, opt.model_name, unix_now(), &text.tokenizer());
       er.label = id;
       job->handle = engine.submit(std::move(er));
       return std::shared_ptr<HttpResponder>(job);
@@ -340,9 +354,65 @@ struct Server::Impl {
     return o.str();
   }
 
+  json model_card() const {
+    return {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ds41"},
+            {"max_model_len", engine.options().max_context}};
+  }
+
+  // The request body as a JSON object, or the 400 to answer.
+  std::optional<HttpResponse> parse_object(const HttpRequest& req, json& body) {
+    body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return error_response(&req, 400, "the body must be a JSON object");
+    return std::nullopt;
+  }
+
+  HttpReply tokenize(const HttpRequest& req) {
+    json body;
+    if (auto bad = parse_object(req, body)) return *bad;
+    if (!body.contains("content") || !body["content"].is_string())
+      return error_response(&req, 400, "'content' must be a string", "content");
+    for (const char* flag : {"add_special", "with_pieces"})
+      if (body.contains(flag) && !body[flag].is_boolean())
+        return error_response(&req, 400, std::string("'") + flag + "' must be true or false", flag);
+    const Tokenizer& tok = text.tokenizer();
+    std::vector<int32_t> ids;
+    if (body.value("add_special", false))
+      if (auto bos = tok.token_to_id("<｜begin▁of▁sentence｜>")) ids.push_back(*bos);
+    tok.encode_append(body["content"].get<std::string>(), ids);
+    json tokens = json::array();
+    for (int32_t id : ids) {
+      if (!body.value("with_pieces", false)) {
+        tokens.push_back(id);
+        continue;
+      }
+      // A piece that is not valid UTF-8 on its own (part of a character) is given as its bytes.
+      const std::string_view bytes = tok.token_bytes(id);
+      if (utf8_lossy(bytes) == bytes) tokens.push_back({{"id", id}, {"piece", std::string(bytes)}});
+      else tokens.push_back({{"id", id}, {"piece", std::vector<uint8_t>(bytes.begin(), bytes.end())}});
+    }
+    return HttpResponse{200, "application/json", {}, json{{"tokens", tokens}}.dump()};
+  }
+
+  HttpReply detokenize(const HttpRequest& req) {
+    json body;
+    if (auto bad = parse_object(req, body)) return *bad;
+    if (!body.contains("tokens") || !body["tokens"].is_array())
+      return error_response(&req, 400, "'tokens' must be an array of token ids", "tokens");
+    const Tokenizer& tok = text.tokenizer();
+    std::vector<int32_t> ids;
+    for (const json& v : body["tokens"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok.vocab_size())
+        return error_response(&req, 400, "'tokens' must hold token ids in 0.." + std::to_string(tok.vocab_size() - 1) +
+                                             " (got " + v.dump() + ")", "tokens");
+      ids.push_back(int32_t(v.get<int64_t>()));
+    }
+    return HttpResponse{200, "application/json", {}, json{{"content", tok.decode(ids)}}.dump()};
+  }
+
   void setup() {
     http.set_gate([this](const HttpRequest& req) -> std::optional<HttpResponse> {
-      if (req.path.rfind("/v1/", 0) == 0 && !authorized(req))
+      const bool protected_path = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+      if (protected_path && !authorized(req))
         return error_response(&req, 401, "missing or wrong API key (Authorization: Bearer <key>)");
       return std::nullopt;
     });
@@ -351,10 +421,20 @@ struct Server::Impl {
     for (const auto& [path, kind] : generators)
       http.route("POST", path, [this, kind = kind](const HttpRequest& q) { return generate(q, kind); }, /*blocking=*/true);
     http.route("GET", "/v1/models", [this](const HttpRequest&) -> HttpReply {
-      json m = {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ds41"},
-                {"max_model_len", engine.options().max_context}};
-      return HttpResponse{200, "application/json", {}, json{{"object", "list"}, {"data", json::array({m})}}.dump()};
+      return HttpResponse{200, "application/json", {}, json{{"object", "list"}, {"data", json::array({model_card()})}}.dump()};
     });
+    // One model by id (OpenAI's GET /v1/models/{model}): the served name, or 404 for any other.
+    http.route("GET", "/v1/models/" + opt.model_name, [this](const HttpRequest&) -> HttpReply {
+      return HttpResponse{200, "application/json", {}, model_card().dump()};
+    });
+    http.route_prefix("GET", "/v1/models/", [this](const HttpRequest& req) -> HttpReply {
+      const std::string id = req.path.substr(std::string("/v1/models/").size());
+      return error_response(&req, 404, "The model '" + id + "' does not exist (this server has '" + opt.model_name + "')",
+                            "model", "model_not_found");
+    });
+    // llama-server's shapes: {"content", "add_special", "with_pieces"} -> {"tokens"}; {"tokens"} -> {"content"}.
+    http.route("POST", "/tokenize", [this](const HttpRequest& req) { return tokenize(req); }, /*blocking=*/true);
+    http.route("POST", "/detokenize", [this](const HttpRequest& req) { return detokenize(req); }, /*blocking=*/true);
     http.route("GET", "/health", [this](const HttpRequest&) -> HttpReply {
       const EngineMetrics& m = engine.metrics();
       const bool draining = http.draining();

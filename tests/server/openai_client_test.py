@@ -7,6 +7,7 @@ Exit 77 (CTest: skipped) when the `openai` package or curl is missing or the sha
 not there.
 """
 import json
+import math
 import os
 import shutil
 import socket
@@ -14,6 +15,114 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+
+
+def check_logprobs(client, msgs):
+    """logprobs / top_logprobs in chat (whole and streamed: the same entries) and completions
+    (logprobs with echo: the prompt's tokens first, the first without a value)."""
+    whole = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, logprobs=True, top_logprobs=3)
+    entries = whole.choices[0].logprobs.content
+    assert len(entries) == whole.usage.completion_tokens or whole.choices[0].finish_reason == "stop", whole
+    for e in entries:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 3, e
+        # Greedy (the server's --temp 0): the chosen token is the likeliest, first among the alternatives.
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob, e
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob, e
+        assert sum(math.exp(t.logprob) for t in e.top_logprobs) <= 1.0 + 1e-6, e
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token, e
+    # The entries spell the answer (a random model's answer is all content in chat mode).
+    assert b"".join(bytes(e.bytes) for e in entries).decode("utf-8", "replace") == whole.choices[0].message.content
+    streamed = []
+    for chunk in client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, logprobs=True,
+                                                top_logprobs=3, stream=True):
+        for ch in chunk.choices:
+            if ch.logprobs and ch.logprobs.content:
+                streamed += ch.logprobs.content
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in entries]
+    plain = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8)
+    assert plain.choices[0].logprobs is None and plain.choices[0].message.content == whole.choices[0].message.content
+    try:
+        client.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, top_logprobs=2)
+        raise AssertionError("top_logprobs without logprobs accepted")
+    except openai_module().BadRequestError:
+        pass
+    try:
+        client.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, logprobs=True, top_logprobs=21)
+        raise AssertionError("top_logprobs 21 accepted")
+    except openai_module().BadRequestError:
+        pass
+    comp = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=3, logprobs=2, echo=True)
+    text, lp = comp.choices[0].text, comp.choices[0].logprobs
+    assert text.startswith("Once upon a time"), text
+    # The prompt's first token has a value: conditioned on the BOS the server puts first (not echoed).
+    assert all(v <= 0 for v in lp.token_logprobs) and all(len(t) <= 2 for t in lp.top_logprobs)
+    assert "".join(lp.tokens) == text and lp.text_offset[0] == 0
+    assert all(text[o:].startswith(t) for o, t in zip(lp.text_offset, lp.tokens) if "\ufffd" not in t)
+    bos = client.completions.create(model="tiny", prompt="<｜begin▁of▁sentence｜>Once upon a time", max_tokens=1,
+                                    logprobs=1, echo=True).choices[0].logprobs
+    assert bos.tokens[0] == "<｜begin▁of▁sentence｜>" and bos.token_logprobs[0] is None and bos.top_logprobs[0] is None
+    assert bos.token_logprobs[1:5] == lp.token_logprobs[:4], (bos.token_logprobs, lp.token_logprobs)
+    gen = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=3, logprobs=2)
+    assert gen.choices[0].logprobs.tokens == lp.tokens[-len(gen.choices[0].logprobs.tokens):]
+    assert gen.choices[0].logprobs.token_logprobs == lp.token_logprobs[-3:]
+    print("logprobs: chat (whole = streamed), completions with echo")
+
+
+def check_models_tokenize_cors(client, base, openai):
+    assert client.models.retrieve("tiny").id == "tiny"
+    try:
+        client.models.retrieve("other")
+        raise AssertionError("an unknown model id was found")
+    except openai.NotFoundError:
+        pass
+
+    def call(path, body=None, method=None, headers=None):
+        h = {"Authorization": "Bearer k", "Content-Type": "application/json"}
+        h.update(headers or {})
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(base + path, data=data, headers=h, method=method)
+        try:
+            with urllib.request.urlopen(req) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    text = "Hello wörld 😀, tokens!"
+    status, _, raw = call("/tokenize", {"content": text})
+    ids = json.loads(raw)["tokens"]
+    assert status == 200 and all(isinstance(i, int) for i in ids)
+    status, _, raw = call("/detokenize", {"tokens": ids})
+    assert status == 200 and json.loads(raw)["content"] == text
+    status, _, raw = call("/tokenize", {"content": text, "with_pieces": True, "add_special": True})
+    pieces = json.loads(raw)["tokens"]
+    assert pieces[0]["id"] == 0 and [p["id"] for p in pieces[1:]] == ids
+    spelled = b"".join(bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in pieces[1:])
+    assert spelled.decode() == text
+    assert call("/detokenize", {"tokens": [10 ** 9]})[0] == 400
+    assert call("/tokenize", {"content": 5})[0] == 400
+    assert call("/tokenize", {"content": "x"}, headers={"Authorization": "Bearer wrong"})[0] == 401
+    # A wrong method is 405 with Allow.
+    status, headers, _ = call("/v1/chat/completions", method="GET")
+    assert status == 405 and headers.get("Allow") == "POST", (status, headers)
+    # CORS (--cors-origin http://page.test): preflight without credentials, then the header on answers.
+    req = urllib.request.Request(base + "/v1/chat/completions", method="OPTIONS", headers={
+        "Origin": "http://page.test", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    with urllib.request.urlopen(req) as r:
+        assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "http://page.test"
+        assert "POST" in r.headers["Access-Control-Allow-Methods"]
+    status, headers, _ = call("/v1/models", headers={"Origin": "http://page.test"})
+    assert status == 200 and headers.get("Access-Control-Allow-Origin") == "http://page.test", headers
+    status, headers, _ = call("/v1/models", headers={"Origin": "http://other.test"})
+    assert status == 200 and "Access-Control-Allow-Origin" not in headers, headers
+    print("models/{id}, tokenize/detokenize, 405, CORS")
+
+
+def openai_module():
+    import openai
+    return openai
 
 
 def main():
@@ -36,7 +145,8 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen([ds41, "serve", "-m", model, "--port", str(port), "--model-name", "tiny", "--threads",
-                               "2", "--temp", "0", "--api-key", "k"], stderr=subprocess.PIPE, text=True)
+                               "2", "--temp", "0", "--api-key", "k", "--cors-origin", "http://page.test"],
+                              stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -106,6 +216,9 @@ def main():
             raise AssertionError("wrong key accepted")
         except openai.AuthenticationError:
             pass
+
+        check_logprobs(client, msgs)
+        check_models_tokenize_cors(client, base, openai)
 
         # Raw SSE with curl.
         body = json.dumps({"model": "tiny", "messages": msgs, "max_tokens": 4, "stream": True})
