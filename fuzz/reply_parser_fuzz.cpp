@@ -1,5 +1,6 @@
 // libFuzzer target: the streaming reply parser on arbitrary bytes cut into arbitrary pieces.
-// The first input byte picks the mode and the split pattern; the rest is the model output. Any
+// The first input byte picks the mode, whether the reply was cut off by a limit, and the split
+// pattern; the rest is the model output. Any
 // crash, sanitizer report or escaped exception is a bug, and so is a stream whose coalesced
 // result differs from parsing the same text in one piece.
 #include <cstddef>
@@ -28,9 +29,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ds41::collect_reply_events(streamed, parser.feed(text.substr(pos, n)));
     pos += n;
   }
-  ds41::collect_reply_events(streamed, parser.finish());
+  const bool cut_off = control & 2;  // the reply stopped by a limit instead of ended by the model
+  ds41::collect_reply_events(streamed, parser.finish(cut_off));
 
-  const ds41::ParsedReply whole = ds41::parse_reply(text, options);
+  ds41::ParsedReply whole;
+  ds41::ReplyParser one_piece(options);
+  ds41::collect_reply_events(whole, one_piece.feed(text));
+  ds41::collect_reply_events(whole, one_piece.finish(cut_off));
   if (streamed.reasoning != whole.reasoning || streamed.content != whole.content ||
       streamed.warnings != whole.warnings || streamed.tool_calls.size() != whole.tool_calls.size())
     std::abort();

@@ -142,7 +142,21 @@ TEST(ApiRequest, CompletionsPrompt) {
   EXPECT_EQ(parse_completions(json::parse(R"({"prompt": ["Once"]})"), d).max_tokens, 16);
   EXPECT_THROW(parse_completions(json::parse(R"({"prompt": ""})"), d), ApiError);
   EXPECT_THROW(parse_completions(json::parse(R"({"prompt": [1, 2]})"), d), ApiError);
-  EXPECT_THROW(parse_completions(json::parse(R"({"prompt": "x", "echo": true})"), d), ApiError);
+  // echo and logprobs (0-20 alternatives; null: none); chat's logprobs / top_logprobs.
+  const auto echo = parse_completions(json::parse(R"({"prompt": "x", "echo": true, "logprobs": 3})"), d);
+  EXPECT_TRUE(echo.echo);
+  EXPECT_EQ(echo.logprobs, 3);
+  EXPECT_EQ(parse_completions(json::parse(R"({"prompt": "x", "logprobs": null})"), d).logprobs, -1);
+  EXPECT_THROW(parse_completions(json::parse(R"({"prompt": "x", "logprobs": 21})"), d), ApiError);
+  EXPECT_THROW(parse_completions(json::parse(R"({"prompt": "x", "logprobs": true})"), d), ApiError);
+  const auto chat = [&](const char* extra) {
+    return parse_chat_completions(json::parse(std::string(R"({"messages": [{"role": "user", "content": "hi"}])") + extra + "}"), d);
+  };
+  EXPECT_EQ(chat("").logprobs, -1);
+  EXPECT_EQ(chat(R"(, "logprobs": true)").logprobs, 0);
+  EXPECT_EQ(chat(R"(, "logprobs": true, "top_logprobs": 20)").logprobs, 20);
+  EXPECT_THROW(chat(R"(, "top_logprobs": 2)"), ApiError);
+  EXPECT_THROW(chat(R"(, "logprobs": true, "top_logprobs": -1)"), ApiError);
 }
 
 TEST(PrefixCache, LongestStrictPrefixWinsAndBytesAreBounded) {

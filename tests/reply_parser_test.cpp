@@ -150,21 +150,35 @@ TEST(ReplyParser, MarkupIsHeldBackUntilDecided) {
   EXPECT_EQ(e[0].text, "x");
 }
 
-TEST(ReplyParser, MalformedBlocksAreContentWithAWarning) {
-  // A parameter that never closes: the whole block is content; the text after it is not parsed.
+TEST(ReplyParser, MalformedOrCutBlocksAreLeftOutOfTheContentWithAWarning) {
+  // A parameter that never closes (the reply was cut off): no call, no markup in the content, the
+  // unfinished block in a warning.
   const std::string broken = "Sure.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"k\" string=\"true\">v";
   ParsedReply r = parse_reply(broken);
-  EXPECT_EQ(r.content, broken);
+  EXPECT_EQ(r.content, "Sure.");
   EXPECT_TRUE(r.tool_calls.empty());
-  ASSERT_GE(r.warnings.size(), 1u);
-  EXPECT_NE(r.warnings[0].find("malformed tool-call block"), std::string::npos) << r.warnings[0];
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("cut off at the end of the reply"), std::string::npos) << r.warnings[0];
+  EXPECT_NE(r.warnings[0].find("string=\"true\">v"), std::string::npos) << "the cut text is in the warning";
 
-  // A complete first call does not survive a malformed second one (the block is all or nothing).
+  // Cut off after a complete first call: that call is reported.
+  const std::string first_whole = "\n\n<｜DSML｜ calls>\n" + call_text("f", {{{"a", "1", "false"}}}) + "\n<｜DSML｜ invoke name=\"g\">\n<｜DSML｜ par";
+  r = parse_reply(first_whole);
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].name, "f");
+  EXPECT_EQ(r.content, "");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("1 complete call(s) reported"), std::string::npos) << r.warnings[0];
+
+  // A malformed block (not cut off): no call of it, even a complete first one; none of it is
+  // content; the end-of-sentence token still ends the message and the rest is content.
   const std::string second_bad = "\n\n<｜DSML｜ calls>\n" + call_text("f", {}) + "\n<｜DSML｜ invoke nam=\"g\">\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
   r = parse_reply(second_bad + EOS + "tail");
-  EXPECT_EQ(r.content, second_bad + "tail");  // EOS still ends the message; the rest is content
+  EXPECT_EQ(r.content, "tail");
   EXPECT_TRUE(r.tool_calls.empty());
-  EXPECT_EQ(r.warnings.size(), 3u);  // malformed block, text after EOS, DSML in content
+  ASSERT_EQ(r.warnings.size(), 2u);  // malformed block (with its text), text after EOS
+  EXPECT_NE(r.warnings[0].find("malformed tool-call block left out"), std::string::npos) << r.warnings[0];
+  EXPECT_NE(r.warnings[0].find("invoke nam=\"g\""), std::string::npos) << r.warnings[0];
 
   // Non-string values are inserted as written, as the reference does: flagged, not changed.
   r = parse_reply(calls_block({call_text("f", {{{"k", "abc", "false"}}})}));

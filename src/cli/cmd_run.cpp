@@ -265,7 +265,7 @@ int cmd_run(int argc, char** argv) {
   }
   if (text_mode) {
     std::vector<ReplyEvent> tail = parser->feed(decoder->flush());
-    auto fin = parser->finish();
+    auto fin = parser->finish(/*cut_off=*/stats.finish != FinishReason::Stop);
     tail.insert(tail.end(), fin.begin(), fin.end());
     deliver(tail);
     if (printer) printer->finish();

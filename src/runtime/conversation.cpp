@@ -145,7 +145,7 @@ TurnResult Conversation::ask(const std::string& user_text, const GenerationLimit
   r.stats.prefill_s = prefill_s;
   r.stats.prompt_tokens = r.prompt_tokens - r.reused_tokens;
   std::vector<ReplyEvent> tail = parser.feed(decoder.flush());
-  std::vector<ReplyEvent> fin = parser.finish();
+  std::vector<ReplyEvent> fin = parser.finish(/*cut_off=*/r.generated.empty() || r.generated.back() != eos_);
   tail.insert(tail.end(), fin.begin(), fin.end());
   deliver(tail);
   seq_ids_.insert(seq_ids_.end(), r.generated.begin(), r.generated.end());

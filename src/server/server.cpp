@@ -42,6 +42,7 @@ struct Job : HttpResponder {
   std::string stop_sequence;
   std::atomic<int64_t>* errors = nullptr;  // the server's error counter
   std::vector<int32_t> stop_ids;           // end-of-sequence ids (no logprobs entry)
+  std::string label;                       // the response id, for the log
 
   void start(std::function<void()> wake) override { handle->set_listener(std::move(wake)); }
 
@@ -147,6 +148,9 @@ struct Job : HttpResponder {
 
   std::string end(EndReason why) {
     if (why == EndReason::Eos && saw_tool_calls) why = EndReason::ToolCalls;
+    // What the reply parser could not place (a malformed or cut-off tool-call block, markup where
+    // it does not belong) is kept out of the answer: the log keeps it.
+    for (const std::string& w : decoder->warnings()) std::fprintf(stderr, "ds41 serve: %s: %s\n", label.c_str(), w.c_str());
     usage.cached_tokens = handle->cached_tokens;
     done = true;
     return writer->finish(why, stop_sequence, usage);
@@ -267,6 +271,7 @@ struct Server::Impl {
       const std::string id = prefix + std::to_string(unix_now()) + "-" + std::to_string(next_id++);
       job->writer = make_response_writer(r, id, opt.model_name, unix_now(), &text.tokenizer());
       er.label = id;
+      job->label = id;
       job->handle = engine.submit(std::move(er));
       return std::shared_ptr<HttpResponder>(job);
     } catch (const ApiError& e) {

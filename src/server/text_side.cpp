@@ -29,6 +29,7 @@ class ChatReplyDecoder : public ReplyDecoder {
 
   ReplyDelta feed(int32_t id) override {
     // The end-of-sentence token ends the reply; its text is not part of it.
+    if (id == eos_) saw_eos_ = true;
     if (id == eos_ || stops_.stopped()) return {};
     return route(decoder_.push(id), false);
   }
@@ -49,7 +50,7 @@ class ChatReplyDecoder : public ReplyDecoder {
     } else {
       std::vector<ReplyEvent> events = parser_.feed(text);
       if (at_end) {
-        auto more = parser_.finish();
+        auto more = parser_.finish(/*cut_off=*/!saw_eos_);
         events.insert(events.end(), more.begin(), more.end());
       }
       for (const ReplyEvent& e : events) {
@@ -74,6 +75,7 @@ class ChatReplyDecoder : public ReplyDecoder {
   ReplyParser parser_;
   StopMatcher stops_;
   bool finished_ = false;
+  bool saw_eos_ = false;  // the model ended the reply (else a limit cut it off)
   std::vector<std::string> warnings_;
 };
 

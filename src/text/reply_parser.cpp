@@ -83,8 +83,11 @@ void ReplyParser::flush_text(std::vector<ReplyEvent>& out, ReplyEvent::Kind kind
                              std::initializer_list<std::string_view> stops, bool at_end) {
   size_t n = pending_.size();
   if (!at_end) n = utf8_safe_cut(pending_, n - partial_stop_suffix(pending_, stops));
+  // A reply cut off by a limit in the middle of markup ("\n\n<｜DS"): that start is dropped, not
+  // emitted as text (the model ended its reply itself: it is text).
+  else if (cut_off_) n -= partial_stop_suffix(pending_, stops);
   emit(out, kind, std::string_view(pending_).substr(0, n));
-  pending_.erase(0, n);
+  pending_.erase(0, pending_.size() == n || !at_end ? n : pending_.size());
 }
 
 void ReplyParser::run(std::vector<ReplyEvent>& out, bool at_end) {
@@ -92,13 +95,21 @@ void ReplyParser::run(std::vector<ReplyEvent>& out, bool at_end) {
   for (;;) {
     switch (state_) {
       case State::reasoning: {
-        const Found f = find_first(pending_, {kThinkEnd, kEos});
+        const Found f = find_first(pending_, {kThinkEnd, kEos, kCallsStart});
         if (f.pos == std::string::npos) {
-          flush_text(out, Kind::reasoning, {kThinkEnd, kEos}, at_end);
+          flush_text(out, Kind::reasoning, {kThinkEnd, kEos, kCallsStart}, at_end);
           if (at_end) warn("the reasoning is not closed by </think>");
           return;
         }
         emit(out, Kind::reasoning, std::string_view(pending_).substr(0, f.pos));
+        if (f.stop == kCallsStart) {  // tool calls inside the reasoning: parsed, then the reasoning goes on
+          warn("tool calls inside the reasoning (the reference parser rejects them) parsed as tool calls");
+          block_ = pending_.substr(f.pos);
+          pending_.clear();
+          block_in_reasoning_ = true;
+          state_ = State::tool_block;
+          break;
+        }
         pending_.erase(0, f.pos + f.stop.size());
         if (f.stop == kEos) {
           warn("the reasoning is not closed by </think>");
@@ -128,25 +139,54 @@ void ReplyParser::run(std::vector<ReplyEvent>& out, bool at_end) {
       case State::tool_block: {
         block_ += pending_;
         pending_.clear();
-        const auto status = calls_parser_.advance(std::string_view(block_).substr(kCallsStart.size()), at_end);
-        if (status == DsmlCallsParser::Status::need_more) return;
-        if (status == DsmlCallsParser::Status::failed) {
-          // The whole block, markup included, is content; nothing after it is parsed as calls.
-          warn("malformed tool-call block returned as content: " + calls_parser_.error());
-          pending_ = std::move(block_);
+        // A reply cut off by a limit gets none of the reference's end-of-text leniencies (which
+        // accept a call cut right after its header): only calls that closed are complete.
+        const auto status = calls_parser_.advance(std::string_view(block_).substr(kCallsStart.size()), at_end && !cut_off_);
+        if (status == DsmlCallsParser::Status::need_more && !at_end) return;
+        if ((status == DsmlCallsParser::Status::failed || status == DsmlCallsParser::Status::need_more) && at_end) {
+          // Cut off by the end of the reply (every earlier advance wanted more): the calls it
+          // completed are reported, the unfinished rest only in a warning.
+          report_calls(out);
+          warn("tool-call block cut off at the end of the reply (" + calls_parser_.error() + "); " +
+               std::to_string(calls_parser_.calls().size()) + " complete call(s) reported, the rest left out: " + block_);
           block_.clear();
-          state_ = State::plain_content;
+          state_ = State::after_eos;
           break;
         }
-        for (const DsmlCall& c : calls_parser_.calls()) {
-          ToolCall call{options_.tool_call_id_prefix + std::to_string(next_call_++), c.name, c.arguments_json()};
-          if (!nlohmann::json::accept(call.arguments))
-            warn("tool call " + call.id + " (" + call.name + "): the arguments are not valid JSON: " + call.arguments);
-          out.push_back(ReplyEvent{Kind::tool_call, {}, std::move(call)});
+        if (status == DsmlCallsParser::Status::failed) {
+          // Malformed: no call of it is reported and none of it is content; its text, up to the
+          // end-of-sentence token, goes into a warning.
+          block_error_ = calls_parser_.error();
+          pending_ = std::move(block_);  // re-read from the block's start: where does the message end?
+          block_.clear();
+          state_ = State::invalid_block;
+          break;
         }
+        report_calls(out);
         pending_ = block_.substr(kCallsStart.size() + calls_parser_.end());
         block_.clear();
-        state_ = State::after_tool_calls;
+        if (block_in_reasoning_) {
+          block_in_reasoning_ = false;
+          calls_parser_ = DsmlCallsParser();  // another block may follow in the reasoning or the content
+          state_ = State::reasoning;
+        } else {
+          state_ = State::after_tool_calls;
+        }
+        break;
+      }
+      case State::invalid_block: {
+        const size_t p = pending_.find(kEos);
+        if (p == std::string::npos && !at_end) {  // all but what may be the start of the EOS token
+          const size_t keep = partial_stop_suffix(pending_, {kEos});
+          block_ += pending_.substr(0, pending_.size() - keep);
+          pending_.erase(0, pending_.size() - keep);
+          return;
+        }
+        block_ += pending_.substr(0, p);
+        pending_.erase(0, p == std::string::npos ? pending_.size() : p + kEos.size());
+        warn("malformed tool-call block left out of the reply (" + block_error_ + "): " + block_);
+        block_.clear();
+        state_ = State::after_eos;
         break;
       }
       case State::after_tool_calls: {
@@ -185,6 +225,15 @@ void ReplyParser::run(std::vector<ReplyEvent>& out, bool at_end) {
   }
 }
 
+void ReplyParser::report_calls(std::vector<ReplyEvent>& out) {
+  for (const DsmlCall& c : calls_parser_.calls()) {
+    ToolCall call{options_.tool_call_id_prefix + std::to_string(next_call_++), c.name, c.arguments_json()};
+    if (!nlohmann::json::accept(call.arguments))
+      warn("tool call " + call.id + " (" + call.name + "): the arguments are not valid JSON: " + call.arguments);
+    out.push_back(ReplyEvent{ReplyEvent::Kind::tool_call, {}, std::move(call)});
+  }
+}
+
 std::vector<ReplyEvent> ReplyParser::feed(std::string_view piece) {
   if (finished_) throw Error("ReplyParser: text fed after finish()");
   std::vector<ReplyEvent> out;
@@ -193,9 +242,10 @@ std::vector<ReplyEvent> ReplyParser::feed(std::string_view piece) {
   return out;
 }
 
-std::vector<ReplyEvent> ReplyParser::finish() {
+std::vector<ReplyEvent> ReplyParser::finish(bool cut_off) {
   if (finished_) throw Error("ReplyParser: finish() called twice");
   finished_ = true;
+  cut_off_ = cut_off;
   std::vector<ReplyEvent> out;
   run(out, true);
   for (std::string_view t : kSpecialTokens) {

@@ -12,8 +12,11 @@
 // once their block is complete.
 //
 // Where the reference parser raises, this one keeps going and warns (warnings come as the last
-// events, from finish()): a malformed tool-call block is returned, markup included, as plain
-// content (and no tool call after it is parsed); unclosed reasoning stays reasoning; text after
+// events, from finish()), and markup never becomes content or reasoning: a malformed tool-call
+// block is left out, its text (to the end-of-sentence token) given in a warning, and no tool call
+// of it is reported; a block cut off by the end of the reply (a token limit) reports the calls it
+// completed and gives the rest in a warning; a tool-call block inside the reasoning (the reference
+// rejects DSML there) is parsed as tool calls and the reasoning goes on after it; unclosed reasoning stays reasoning; text after
 // the tool calls or after the end-of-sentence token is content; special tokens inside the
 // reasoning or the content are reported. Tool-call arguments are rebuilt exactly as the reference
 // does (non-string values inserted as written), with a warning when the result is not valid
@@ -58,16 +61,20 @@ class ReplyParser {
  public:
   explicit ReplyParser(ReplyParserOptions options = {});
   std::vector<ReplyEvent> feed(std::string_view piece);
-  // Flushes held-back text and reports the warnings. Nothing may be fed afterwards.
-  std::vector<ReplyEvent> finish();
+  // Flushes held-back text and reports the warnings. Nothing may be fed afterwards. `cut_off`:
+  // the reply was stopped by a limit (token budget, context), not ended by the model: a tool-call
+  // block still open then reports only the calls that closed (the reference's leniencies for text
+  // that ends right after an invoke header are for replies the model ended).
+  std::vector<ReplyEvent> finish(bool cut_off = false);
 
  private:
-  enum class State { reasoning, content, tool_block, after_tool_calls, plain_content, after_eos };
+  enum class State { reasoning, content, tool_block, after_tool_calls, plain_content, invalid_block, after_eos };
   void run(std::vector<ReplyEvent>& out, bool at_end);
   void emit(std::vector<ReplyEvent>& out, ReplyEvent::Kind kind, std::string_view text);
   void flush_text(std::vector<ReplyEvent>& out, ReplyEvent::Kind kind, std::initializer_list<std::string_view> stops,
                   bool at_end);
   void warn(std::string message);
+  void report_calls(std::vector<ReplyEvent>& out);  // the calls parser's complete calls, as events
 
   ReplyParserOptions options_;
   State state_;
@@ -77,6 +84,9 @@ class ReplyParser {
   int next_call_ = 0;
   bool finished_ = false;
   std::vector<std::string> warnings_;
+  bool cut_off_ = false;
+  bool block_in_reasoning_ = false;  // the tool-call block opened inside the reasoning
+  std::string block_error_;          // why the block in invalid_block state failed
   // The last few bytes emitted of each kind, to find special tokens that span two deltas.
   std::string reasoning_tail_, content_tail_;
   std::vector<std::string_view> tokens_in_reasoning_, tokens_in_content_;
