@@ -75,6 +75,8 @@ struct Engine::Slot {
   size_t forced_at = 0;    // ids of req.forced emitted so far
   bool forcing = false;    // the trigger was seen: emitting req.forced
   std::vector<int32_t> tail;  // the last generated ids, as many as the trigger has
+  bool constraining = false;   // structured output applies (its trigger was seen)
+  std::vector<int32_t> constraint_tail;  // the last generated ids, as many as the constraint's trigger has
   int64_t generated = 0;
   double arrived_at = 0, last_token_at = 0;
   double prefill_started_at = 0;  // when the first prefill chunk started (the log of long prefills)
@@ -301,12 +303,27 @@ bool Engine::step(Slot& s) {
     SequenceState start = cached ? std::move(*cached) : model_.new_sequence();
     std::optional<SpeculativeOptions> spec;
     const bool logprobs = s.req.logprobs >= 0;
-    if (opt_.dspark && s.req.forced.empty() && !logprobs) {
+    if (s.req.constraint && !s.req.forced.empty()) s.req.constraint.reset();  // a forced call wins
+    s.constraining = s.req.constraint && s.req.constraint_trigger.empty();
+    if (opt_.dspark && s.req.forced.empty() && !logprobs && !s.req.constraint) {
       spec.emplace();
       spec->draft_tokens = opt_.draft_tokens;
       spec->confidence_threshold = opt_.dspark_confidence;
     }
-    s.decoder = RequestDecoder::make(model_, std::move(start), s.req.sampling, pool_, spec ? &*spec : nullptr, logprobs);
+    std::function<void(float*, int64_t)> filter;
+    if (s.req.constraint) {
+      Slot* sp = &s;  // slots do not move (held by unique_ptr)
+      filter = [sp, this](float* logits, int64_t vocab) {
+        if (!sp->constraining) return;
+        JsonTokenConstraint& c = *sp->req.constraint;
+        const double before = c.mask_seconds();
+        c.mask(logits, vocab, sp->req.max_tokens - sp->generated);
+        ++metrics_.constraint_masks;
+        metrics_.constraint_seconds = metrics_.constraint_seconds + (c.mask_seconds() - before);
+      };
+    }
+    s.decoder = RequestDecoder::make(model_, std::move(start), s.req.sampling, pool_, spec ? &*spec : nullptr,
+                                     logprobs || s.req.constraint != nullptr, std::move(filter));
     if (s.req.prompt_logprobs) h.push(prompt_logprobs(s));
   }
   if (s.fed < prompt.size()) {
@@ -355,6 +372,15 @@ bool Engine::step(Slot& s) {
   if (!s.req.force_trigger.empty() && s.forced_at == 0) {
     s.tail.push_back(*tok);
     if (s.tail.size() > s.req.force_trigger.size()) s.tail.erase(s.tail.begin());
+  }
+  if (s.req.constraint) {
+    if (s.constraining) {
+      s.req.constraint->advance(*tok);
+    } else {  // waiting for the trigger (the end of the reasoning in thinking mode)
+      s.constraint_tail.push_back(*tok);
+      if (s.constraint_tail.size() > s.req.constraint_trigger.size()) s.constraint_tail.erase(s.constraint_tail.begin());
+      s.constraining = s.constraint_tail == s.req.constraint_trigger;
+    }
   }
   for (int32_t stop : s.req.stop_ids)
     if (*tok == stop) return finish(FinishReason::Stop);

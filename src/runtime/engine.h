@@ -24,6 +24,7 @@
 #include "runtime/logprobs.h"
 #include "runtime/sampler.h"
 #include "runtime/prefix_cache.h"
+#include "text/json_constraint.h"
 #include "vision/image_decode.h"
 
 namespace ds41 {
@@ -71,6 +72,11 @@ struct EngineRequest {
   // The prompt's log-probabilities too (completions' echo): one Prompt event before the first
   // token, from one extra forward pass over the prompt.
   bool prompt_logprobs = false;
+  // Structured output (text/json_constraint.h): every token after `constraint_trigger` (empty:
+  // from the first) is chosen among those the document can take; the request decodes plainly
+  // with every logit computed. Not with `forced`.
+  std::shared_ptr<JsonTokenConstraint> constraint;
+  std::vector<int32_t> constraint_trigger;
 };
 
 struct EngineEvent {
@@ -128,6 +134,8 @@ struct EngineMetrics {
   std::atomic<int64_t> steps{0}, step_rows{0};  // engine steps and requests served per step
   std::atomic<int64_t> batched_steps{0}, batched_rows{0};  // decode passes shared by several requests
   std::atomic<int64_t> dspark_cycles{0}, dspark_drafted{0}, dspark_accepted{0};
+  std::atomic<int64_t> constraint_masks{0};     // structured-output token masks computed
+  std::atomic<double> constraint_seconds{0};    // and the time they took
   void observe_ttft(double s);
   void observe_tpot(double s);
 };

@@ -125,6 +125,7 @@ std::optional<int32_t> Generation::next_token() {
   // The next token goes to position length(); it must fit the context to be fed later.
   if (length() >= model_.config().max_seq_len) return std::nullopt;
   commit_pending();  // the previous token has to go in before the next can be sampled
+  if (filter_) filter_(logits_.data(), model_.config().vocab_size);
   const int32_t tok = sampler_.sample(logits_.data(), model_.config().vocab_size, uint64_t(state_.pos), state_.token_history,
                                         sampler_scratch_);
   pending_ = tok;

@@ -71,6 +71,9 @@ class Generation {
   // One step of generate(): feeds the pending token, samples the next (it becomes pending).
   // nullopt when the context is full.
   std::optional<int32_t> next_token();
+  // Called on the logits (in place, [vocab]) before each next_token() samples: what structured
+  // output uses to forbid tokens (-inf). Empty: none.
+  void set_logit_filter(std::function<void(float* logits, int64_t vocab)> filter) { filter_ = std::move(filter); }
   // Same step with `token` chosen by the caller instead of sampled (forced continuations such as
   // an enforced tool call). The draws of later steps do not change: they are keyed by position.
   std::optional<int32_t> force_token(int32_t token);
@@ -106,6 +109,7 @@ class Generation {
   std::vector<float> logits_;
   std::vector<int32_t> step_token_ = std::vector<int32_t>(1);
   std::optional<int32_t> pending_;
+  std::function<void(float*, int64_t)> filter_;
   GenerationStats last_feed_;
   double feed_start_ = 0;
 };

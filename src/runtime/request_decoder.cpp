@@ -18,6 +18,7 @@ class PlainDecoder final : public RequestDecoder {
     return fo;
   }
   const std::vector<float>* step_logits() const override { return &gen_.last_logits(); }
+  void set_logit_filter(std::function<void(float*, int64_t)> f) { gen_.set_logit_filter(std::move(f)); }
   void feed(const std::vector<int32_t>& ids, const InputEmbeddings* inputs) override { gen_.feed(ids, 0, {}, inputs); }
   std::optional<int32_t> next_token(int64_t) override { return gen_.next_token(); }
   std::optional<int32_t> force_token(int32_t id) override { return gen_.force_token(id); }
@@ -85,10 +86,12 @@ class SpeculativeRequestDecoder final : public RequestDecoder {
 
 std::unique_ptr<RequestDecoder> RequestDecoder::make(const Model& model, SequenceState start, const SamplerOptions& sampling,
                                                      ThreadPool* pool, const SpeculativeOptions* speculative,
-                                                     bool full_logits) {
-  if (speculative && full_logits) throw Error("a speculative request does not give every step's logits");
+                                                     bool full_logits, std::function<void(float*, int64_t)> logit_filter) {
+  if (speculative && (full_logits || logit_filter)) throw Error("a speculative request does not give every step's logits");
   if (speculative) return std::make_unique<SpeculativeRequestDecoder>(model, std::move(start), sampling, pool, *speculative);
-  return std::make_unique<PlainDecoder>(model, std::move(start), sampling, pool, full_logits);
+  auto d = std::make_unique<PlainDecoder>(model, std::move(start), sampling, pool, full_logits);
+  if (logit_filter) d->set_logit_filter(std::move(logit_filter));
+  return d;
 }
 
 }  // namespace ds41

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -25,7 +26,8 @@ class RequestDecoder {
   // `full_logits`: every step computes all logits (no greedy head screen), for logprobs.
   static std::unique_ptr<RequestDecoder> make(const Model& model, SequenceState start, const SamplerOptions& sampling,
                                               ThreadPool* pool, const SpeculativeOptions* speculative,
-                                              bool full_logits = false);
+                                              bool full_logits = false,
+                                              std::function<void(float*, int64_t)> logit_filter = {});
   virtual ~RequestDecoder() = default;
 
   virtual void feed(const std::vector<int32_t>& ids, const InputEmbeddings* inputs) = 0;

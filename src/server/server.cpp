@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "server/http_server.h"
 #include "server/response_writer.h"
 #include "server/text_side.h"
+#include "text/json_constraint.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
 #include "vision/image_decode.h"
@@ -166,6 +168,8 @@ struct Server::Impl {
   HttpServer http;
   std::atomic<int64_t> next_id{1};
   std::atomic<int64_t> http_requests{0}, http_errors{0};
+  std::once_flag trie_once;                  // the vocabulary's trie, built for the first structured request
+  std::shared_ptr<const TokenTrie> trie;
 
   Impl(Engine& e, const TextSide& t, ServerOptions o)
       : engine(e), text(t), opt(std::move(o)), http(http_options(opt), [this](const HttpRequest* req, int status, const std::string& msg) {
@@ -264,6 +268,7 @@ struct Server::Impl {
       job->stop_ids = er.stop_ids;
       er.logprobs = r.logprobs;
       er.prompt_logprobs = r.echo && r.logprobs >= 0;
+      if (er.forced.empty()) structured_output(r, er);
       er.arrived = http_req.arrived;
       job->decoder = text.reply_decoder(r);
       job->usage.prompt_tokens = n_prompt;
@@ -347,6 +352,10 @@ struct Server::Impl {
     counter("ds41_dspark_cycles_total", "DSpark draft + verify cycles (finished requests)", m.dspark_cycles);
     counter("ds41_dspark_drafted_tokens_total", "Draft tokens verified", m.dspark_drafted);
     counter("ds41_dspark_accepted_tokens_total", "Draft tokens accepted", m.dspark_accepted);
+    counter("ds41_structured_output_masks_total", "Token masks computed for structured output", m.constraint_masks);
+    o << "# HELP ds41_structured_output_mask_seconds_total Time spent computing them\n"
+         "# TYPE ds41_structured_output_mask_seconds_total counter\nds41_structured_output_mask_seconds_total "
+      << m.constraint_seconds.load() << "\n";
     auto histogram = [&](const char* name, const char* help, const std::atomic<int64_t>* counts, double sum, int64_t n) {
       o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
       for (int i = 0; i < EngineMetrics::kBuckets; ++i)
@@ -357,6 +366,33 @@ struct Server::Impl {
     histogram("ds41_time_to_first_token_seconds", "Arrival of the request to its first token", m.ttft_counts, m.ttft_sum, m.ttft_n);
     histogram("ds41_time_per_output_token_seconds", "Time between consecutive tokens", m.tpot_counts, m.tpot_sum, m.tpot_n);
     return o.str();
+  }
+
+  // response_format json_object / json_schema: the answer's content constrained token by token
+  // (text/json_constraint.h); in thinking mode from the end of the reasoning on.
+  void structured_output(const ApiRequest& r, EngineRequest& er) {
+    if (!r.response_format.is_object()) return;
+    const std::string type = r.response_format.value("type", "");
+    std::shared_ptr<const JsonGrammar> grammar;
+    if (type == "json_object") {
+      grammar = JsonGrammar::any_object();
+    } else if (type == "json_schema") {
+      const auto& js = r.response_format["json_schema"];
+      if (!js.contains("schema")) return;  // a name only: nothing to enforce beyond the prompt
+      try {
+        grammar = JsonGrammar::from_schema(js["schema"]);
+      } catch (const Error& e) {
+        throw ApiError(400, "invalid_request_error", std::string("response_format: ") + e.what(),
+                       "response_format.json_schema.schema");
+      }
+    } else {
+      return;
+    }
+    std::call_once(trie_once, [this] {
+      trie = std::make_shared<const TokenTrie>(text.tokenizer(), engine.model().config().vocab_size);
+    });
+    er.constraint = std::make_shared<JsonTokenConstraint>(grammar, trie, text.stop_ids().at(0));
+    if (r.thinking) er.constraint_trigger = text.tokenizer().encode("</think>");
   }
 
   json model_card() const {

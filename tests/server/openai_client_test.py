@@ -70,6 +70,53 @@ def check_logprobs(client, msgs):
     print("logprobs: chat (whole = streamed), completions with echo")
 
 
+def check_structured_output(client, base):
+    """response_format json_object and json_schema (strict): 50 sampled answers on the tiny model
+    (random weights: it would never write JSON by itself) parse and validate against their schema
+    (the jsonschema package as the oracle); the constraint's cost per token from /metrics."""
+    import jsonschema
+    schemas = [
+        None,  # json_object
+        {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "why": {"type": "string"}},
+         "required": ["answer", "why"], "additionalProperties": False},
+        {"type": "object", "properties": {
+            "name": {"type": "string"}, "age": {"type": "integer"}, "score": {"type": ["number", "null"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+                        "required": ["city", "zip"], "additionalProperties": False}},
+         "required": ["name", "age", "score", "tags", "address"], "additionalProperties": False},
+        {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["id", "ok"], "additionalProperties": False}}},
+         "required": ["items"], "additionalProperties": False},
+    ]
+    valid = 0
+    for i in range(50):
+        schema = schemas[i % len(schemas)]
+        rf = {"type": "json_object"} if schema is None else \
+            {"type": "json_schema", "json_schema": {"name": "s%d" % (i % len(schemas)), "strict": True, "schema": schema}}
+        r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Answer in JSON. %d" % i}],
+                                           max_tokens=80 + i, temperature=1.0, seed=i, response_format=rf)
+        text = r.choices[0].message.content
+        value = json.loads(text)  # raises on anything but one JSON document
+        if schema is None:
+            assert isinstance(value, dict), text
+        else:
+            jsonschema.validate(value, schema)
+        assert r.choices[0].finish_reason == "stop", (r.choices[0].finish_reason, text)
+        valid += 1
+    try:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=5,
+                                       response_format={"type": "json_schema", "json_schema": {"name": "bad", "schema": {
+                                           "type": "string", "pattern": "^a"}}})
+        raise AssertionError("an unsupported schema keyword was accepted")
+    except openai_module().BadRequestError:
+        pass
+    with urllib.request.urlopen(urllib.request.Request(base.replace("/v1", "") + "/metrics")) as m:
+        lines = dict(l.split(" ", 1) for l in m.read().decode().splitlines() if l.startswith("ds41_structured"))
+    masks, seconds = int(lines["ds41_structured_output_masks_total"]), float(lines["ds41_structured_output_mask_seconds_total"])
+    print("structured output: %d/50 answers valid; %d token masks, %.2f ms each" % (valid, masks, 1e3 * seconds / max(masks, 1)))
+
+
 def check_models_tokenize_cors(client, base, openai):
     assert client.models.retrieve("tiny").id == "tiny"
     try:
@@ -217,6 +264,7 @@ def main():
         except openai.AuthenticationError:
             pass
 
+        check_structured_output(client, base)
         check_logprobs(client, msgs)
         check_models_tokenize_cors(client, base, openai)
 

@@ -1,0 +1,157 @@
+// Structured output: the answer forced to be JSON (an object, or a value of a JSON schema) at the
+// token level. A byte-level pushdown automaton follows the answer as it is generated; before each
+// token is chosen, every token whose bytes the automaton cannot take is given -inf (the token
+// mask, found by walking a trie of the vocabulary's byte strings with the automaton). The
+// end-of-sequence token is allowed only once the document is complete, and then alone.
+//
+// The JSON written is compact (no whitespace between tokens). Schemas: `type` (object, array,
+// string, integer, number, boolean, null, or a list of them), `properties` (written in the
+// schema's order; those not in `required` may be left out), `items`, `enum` and `const`;
+// `additionalProperties`, `title`, `description`, `$schema` and `strict`-mode details are
+// accepted and do not change the automaton (only the listed properties are written); any other
+// keyword is refused with an error naming it, rather than silently not enforced.
+//
+// A token budget: a token is allowed only if the document can still be completed after it within
+// the tokens left (one byte a token at worst, and the end of sequence); once the shortest
+// completion takes all that is left, it is written with its longest tokens. So an answer cut by
+// max_tokens is still a complete document, when max_tokens is at least the shortest document's
+// bytes + 1 (a budget below that ends with finish_reason "length" and an incomplete document).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ds41 {
+
+class Tokenizer;
+
+// A compiled schema: the tree of nodes the automaton walks.
+class JsonGrammar {
+ public:
+  // Any JSON object (response_format json_object).
+  static std::shared_ptr<const JsonGrammar> any_object();
+  // A JSON schema (ordered: properties are written in the schema's order); throws ds41::Error
+  // naming what is not supported.
+  static std::shared_ptr<const JsonGrammar> from_schema(const nlohmann::ordered_json& schema);
+
+  struct Node {
+    enum class Kind { Any, Object, Array, String, Integer, Number, Boolean, Null, Union, Literals };
+    Kind kind = Kind::Any;
+    std::vector<std::string> keys;      // Object: the properties, in order (quoted JSON strings)
+    std::vector<int> values;            // Object: each property's node; Union: the alternatives
+    std::vector<uint8_t> required;      // Object: per property
+    bool free_keys = false;             // Object: any keys with Any values (no properties given)
+    int items = -1;                     // Array: the items' node (-1: Any)
+    std::vector<std::string> literals;  // Literals: the compact JSON texts allowed (enum, const)
+  };
+  const std::vector<Node>& nodes() const { return nodes_; }
+  int root() const { return 0; }
+  // Bytes of each node's shortest value, and the largest of them.
+  int min_length(int node) const { return node < 0 ? 1 : min_len_[size_t(node)]; }
+  int longest_min_length() const { return longest_min_; }
+
+ private:
+  int compile(const nlohmann::ordered_json& schema, int depth);
+  void measure();  // fills min_len_
+  std::vector<Node> nodes_;
+  std::vector<int> min_len_;
+  int longest_min_ = 1;
+};
+
+// Where the answer is in the document.
+class JsonState {
+ public:
+  explicit JsonState(std::shared_ptr<const JsonGrammar> grammar);
+  // Takes one byte; false (and the state unusable) when the document cannot continue with it.
+  bool step(uint8_t byte);
+  bool step(std::string_view bytes);
+  bool complete() const;  // a whole document has been written
+  // The shortest bytes that complete the document from here, and their count (cheap).
+  std::string shortest_completion() const;
+  size_t completion_length() const;
+  // The shortest value of a node (node < 0: any value).
+  std::string minimal_value(int node) const;
+  // A compact key of the state (equal keys: the same future).
+  std::string key() const;
+  // Inside a string, between characters, not after a backslash: a plain ASCII byte changes nothing.
+  bool in_plain_string() const {
+    return !stack_.empty() && stack_.back().kind == Frame::Kind::String && stack_.back().phase == 0 &&
+           stack_.back().index == 0;
+  }
+
+  struct Frame {
+    enum class Kind : uint8_t { Value, Object, Array, String, Number, Literals, Done } kind = Kind::Value;
+    uint8_t phase = 0;
+    int node = -1;
+    int index = 0;               // Object: the next property; Literals: bytes matched
+    std::vector<uint16_t> alive; // Literals: candidates still matching (indices into the literal list)
+    const std::vector<std::string>* list = nullptr;  // Literals: the candidates
+    bool integer = false;        // Number
+    bool free_object = false;    // Object: any keys, any values
+    uint8_t lead = 0;            // String: the lead byte of the character being read (index: bytes still due)
+  };
+
+ private:
+  bool feed(uint8_t byte);
+  bool start_value(int node, uint8_t byte);
+  void completion_of(size_t frame, std::string& out) const;
+  std::shared_ptr<const JsonGrammar> g_;
+  std::vector<Frame> stack_;
+};
+
+// The vocabulary's byte strings as a trie, built once per tokenizer.
+class TokenTrie {
+ public:
+  // Every id of `tok` below `vocab` that is not an added (special) token.
+  TokenTrie(const Tokenizer& tok, int64_t vocab);
+  int64_t vocab() const { return vocab_; }
+  struct Node {
+    std::vector<std::pair<uint8_t, int>> children;  // sorted by byte
+    std::vector<int32_t> tokens;                   // ids whose bytes end here
+  };
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<std::string>& token_bytes() const { return bytes_; }
+  // Whether every byte of the token is printable ASCII other than '"' and '\\': inside a string
+  // such a token changes nothing but the string's content.
+  bool plain(int32_t id) const { return plain_[size_t(id)] != 0; }
+
+ private:
+  int64_t vocab_;
+  std::vector<uint8_t> plain_;
+  std::vector<Node> nodes_;
+  std::vector<std::string> bytes_;  // per id ("" for special and missing ids)
+};
+
+// One request's constraint: masks logits before each choice and follows the chosen tokens.
+class JsonTokenConstraint {
+ public:
+  JsonTokenConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie, int32_t eos);
+  // Sets every logit the document cannot take to -inf; `tokens_left` counts this one.
+  void mask(float* logits, int64_t vocab, int64_t tokens_left);
+  // The chosen token (after mask). Returns false if it does not fit (a forced token): the
+  // constraint then stops applying.
+  bool advance(int32_t token);
+  bool complete() const { return state_.complete(); }
+  bool active() const { return active_; }
+  // Time spent in mask(), for the measurement of its cost.
+  double mask_seconds() const { return mask_seconds_; }
+  int64_t masks() const { return masks_; }
+
+ private:
+  void allowed_tokens(std::vector<uint8_t>& allowed, int64_t limit);
+  std::shared_ptr<const TokenTrie> trie_;
+  JsonState state_;
+  int32_t eos_;
+  int64_t grammar_longest_;
+  bool active_ = true;
+  // Masks of recent states (inside a long string the state repeats token after token).
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> cache_;
+  double mask_seconds_ = 0;
+  int64_t masks_ = 0;
+};
+
+}  // namespace ds41
