@@ -40,7 +40,7 @@ TEST(ApiRequest, MalformedChatRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})", "max_tokens"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})", "max_tokens"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 9})", "n"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", "stop[0]"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
@@ -157,6 +157,10 @@ TEST(ApiRequest, CompletionsPrompt) {
   EXPECT_EQ(chat(R"(, "logprobs": true, "top_logprobs": 20)").logprobs, 20);
   EXPECT_THROW(chat(R"(, "top_logprobs": 2)"), ApiError);
   EXPECT_THROW(chat(R"(, "logprobs": true, "top_logprobs": -1)"), ApiError);
+  EXPECT_EQ(chat("").n, 1);
+  EXPECT_EQ(chat(R"(, "n": 8)").n, 8);
+  EXPECT_THROW(chat(R"(, "n": 9)"), ApiError);
+  EXPECT_THROW(chat(R"(, "n": 0)"), ApiError);
 }
 
 TEST(PrefixCache, LongestStrictPrefixWinsAndBytesAreBounded) {

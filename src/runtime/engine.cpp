@@ -75,6 +75,8 @@ struct Engine::Slot {
   size_t forced_at = 0;    // ids of req.forced emitted so far
   bool forcing = false;    // the trigger was seen: emitting req.forced
   std::vector<int32_t> tail;  // the last generated ids, as many as the trigger has
+  int index = 0;               // the choice this slot decodes (EngineRequest::n)
+  bool forked = false;         // choices 1..n-1 made (after the prompt)
   bool constraining = false;   // structured output applies (its trigger was seen)
   std::vector<int32_t> constraint_tail;  // the last generated ids, as many as the constraint's trigger has
   int64_t generated = 0;
@@ -85,7 +87,9 @@ struct Engine::Slot {
   // The generation whose decode step joins this round's shared pass, or nullptr: prefilled, a
   // token pending, answer and context not used up, not cancelled, plain decoding.
   Generation* joins_batched_step() const {
-    if (!decoder || fed != req.prompt.size() || generated >= req.max_tokens || handle->cancelled()) return nullptr;
+    if (!decoder || fed != req.prompt.size() || generated >= req.max_tokens || handle->cancelled(index) ||
+        (req.n > 1 && !forked))
+      return nullptr;
     return decoder->batchable();
   }
 };
@@ -143,6 +147,8 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
   if (req.logprobs < -1 || req.logprobs > kMaxTopLogprobs)
     throw Error("logprobs: at most " + std::to_string(kMaxTopLogprobs) + " alternatives per token");
   if (req.prompt_logprobs && !req.images.empty()) throw Error("prompt log-probabilities are not available with images");
+  if (req.n < 1 || req.n > kMaxChoices) throw Error("n: 1 to " + std::to_string(kMaxChoices) + " choices");
+  if (req.n > 1 && !req.forced.empty()) throw Error("n > 1 with a forced tool call is not supported");
   Sampler check(req.sampling);  // throws on invalid options
   (void)check;
   if (req.arrived == std::chrono::steady_clock::time_point{}) req.arrived = std::chrono::steady_clock::now();
@@ -203,6 +209,8 @@ void Engine::run() {
       if (keep) ++i;
       else active.erase(active.begin() + long(i));
     }
+    for (auto& f : forks_) active.push_back(std::move(f));  // the choices forked this round
+    forks_.clear();
     // Again after the step: when the last request finishes, the loop goes to sleep and the gauge
     // must already read 0.
     metrics_.active = int(active.size());
@@ -217,6 +225,43 @@ void Engine::run() {
 // The prompt's own log-probabilities (completions' echo): one forward pass with every
 // position's logits over a fresh sequence, beside the request's (whose prefill may come from the
 // prefix cache and runs in chunks).
+std::function<void(float*, int64_t)> Engine::logit_filter(Slot* sp) {
+  if (!sp->req.constraint) return {};
+  // Slots do not move (each is held by a unique_ptr).
+  return [sp, this](float* logits, int64_t vocab) {
+    if (!sp->constraining) return;
+    JsonTokenConstraint& c = *sp->req.constraint;
+    const double before = c.mask_seconds();
+    c.mask(logits, vocab, sp->req.max_tokens - sp->generated);
+    ++metrics_.constraint_masks;
+    metrics_.constraint_seconds = metrics_.constraint_seconds + (c.mask_seconds() - before);
+  };
+}
+
+void Engine::fork_choices(Slot& s) {
+  s.forked = true;
+  for (int i = 1; i < s.req.n; ++i) {
+    auto f = std::make_unique<Slot>();
+    f->req = s.req;
+    f->req.images.clear();
+    f->req.cache_prefix_at = 0;
+    f->req.prompt_logprobs = false;
+    f->req.sampling.seed = s.req.sampling.seed + uint64_t(i);
+    // Its own place in the document (the constraint's state is per choice).
+    if (s.req.constraint) f->req.constraint = std::make_shared<JsonTokenConstraint>(*s.req.constraint);
+    f->handle = s.handle;
+    f->index = i;
+    f->forked = true;
+    f->started = true;
+    f->fed = s.fed;
+    f->arrived_at = s.arrived_at;
+    f->constraining = s.constraining;
+    f->decoder = s.decoder->fork(f->req.sampling, logit_filter(f.get()));
+    ++metrics_.active;
+    forks_.push_back(std::move(f));
+  }
+}
+
 EngineEvent Engine::prompt_logprobs(const Slot& s) const {
   EngineEvent ev;
   ev.kind = EngineEvent::Kind::Prompt;
@@ -259,10 +304,12 @@ bool Engine::step(Slot& s) {
     if (r == FinishReason::Cancelled) ++metrics_.requests_cancelled;
     else ++metrics_.requests_finished;
     --metrics_.active;  // before the client hears it is done (the step loop recounts after)
-    h.push({EngineEvent::Kind::Done, -1, r, {}});
+    EngineEvent done{EngineEvent::Kind::Done, -1, r, {}};
+    done.index = s.index;
+    h.push(std::move(done));
     return false;
   };
-  if (h.cancelled()) return finish(FinishReason::Cancelled);
+  if (h.cancelled(s.index)) return finish(FinishReason::Cancelled);
   if (!s.started && !s.req.images.empty()) {
     // The vision tower runs here, on the engine's threads, as one step of this request.
     const double t0 = now_s();
@@ -305,25 +352,13 @@ bool Engine::step(Slot& s) {
     const bool logprobs = s.req.logprobs >= 0;
     if (s.req.constraint && !s.req.forced.empty()) s.req.constraint.reset();  // a forced call wins
     s.constraining = s.req.constraint && s.req.constraint_trigger.empty();
-    if (opt_.dspark && s.req.forced.empty() && !logprobs && !s.req.constraint) {
+    if (opt_.dspark && s.req.forced.empty() && !logprobs && !s.req.constraint && s.req.n == 1) {
       spec.emplace();
       spec->draft_tokens = opt_.draft_tokens;
       spec->confidence_threshold = opt_.dspark_confidence;
     }
-    std::function<void(float*, int64_t)> filter;
-    if (s.req.constraint) {
-      Slot* sp = &s;  // slots do not move (held by unique_ptr)
-      filter = [sp, this](float* logits, int64_t vocab) {
-        if (!sp->constraining) return;
-        JsonTokenConstraint& c = *sp->req.constraint;
-        const double before = c.mask_seconds();
-        c.mask(logits, vocab, sp->req.max_tokens - sp->generated);
-        ++metrics_.constraint_masks;
-        metrics_.constraint_seconds = metrics_.constraint_seconds + (c.mask_seconds() - before);
-      };
-    }
     s.decoder = RequestDecoder::make(model_, std::move(start), s.req.sampling, pool_, spec ? &*spec : nullptr,
-                                     logprobs || s.req.constraint != nullptr, std::move(filter));
+                                     logprobs || s.req.constraint != nullptr, logit_filter(&s));
     if (s.req.prompt_logprobs) h.push(prompt_logprobs(s));
   }
   if (s.fed < prompt.size()) {
@@ -342,6 +377,7 @@ bool Engine::step(Slot& s) {
       prefix_cache_.insert(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(boundary)), s.decoder->state());
     return true;
   }
+  if (s.req.n > 1 && !s.forked) fork_choices(s);  // the prompt is in: the other choices start from here
   if (s.generated >= s.req.max_tokens) return finish(FinishReason::Length);
   if (!s.forcing && s.forced_at == 0 && !s.req.forced.empty() && s.tail == s.req.force_trigger) s.forcing = true;
   std::optional<int32_t> tok;
@@ -362,7 +398,7 @@ bool Engine::step(Slot& s) {
   s.last_token_at = t;
   ++s.generated;
   ++metrics_.generated_tokens;
-  EngineEvent ev{EngineEvent::Kind::Token, *tok, FinishReason::Stop, {}, {}, {}};
+  EngineEvent ev{EngineEvent::Kind::Token, *tok, FinishReason::Stop, {}, s.index, {}, {}};
   if (s.req.logprobs >= 0) {
     const std::vector<float>* logits = s.decoder->step_logits();
     if (!logits) throw Error("logprobs: the decoder gave no logits (internal error)");

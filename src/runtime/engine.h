@@ -77,13 +77,20 @@ struct EngineRequest {
   // with every logit computed. Not with `forced`.
   std::shared_ptr<JsonTokenConstraint> constraint;
   std::vector<int32_t> constraint_trigger;
+  // Choices (1..kMaxChoices): the prompt is prefilled once, then the sequence is forked into `n`
+  // that decode side by side, choice i sampling with seed + i. Events carry the choice's index;
+  // each choice ends with its own Done. Such a request decodes plainly (no DSpark).
+  int n = 1;
 };
+
+inline constexpr int kMaxChoices = 8;
 
 struct EngineEvent {
   enum class Kind { Token, Done, Error, Prompt } kind = Kind::Token;
   int32_t token = -1;
   FinishReason finish = FinishReason::Stop;
   std::string error;
+  int index = 0;                      // the choice (EngineRequest::n)
   TokenLogprob logprob;               // Token, when the request asked for logprobs
   std::vector<TokenLogprob> prompt;   // Prompt: positions 1 .. P-1 of the prompt (position 0 has none)
 };
@@ -101,6 +108,13 @@ class RequestHandle {
   void set_listener(std::function<void()> wake);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
+  // One choice of several (a stop sequence matched in it): the others go on.
+  void cancel_choice(int index) {
+    if (index >= 0 && index < kMaxChoices) choice_cancelled_[index] = true;
+  }
+  bool cancelled(int index) const {
+    return cancelled_ || (index >= 0 && index < kMaxChoices && choice_cancelled_[index].load());
+  }
 
   // Filled by the engine before the first token event.
   std::atomic<int64_t> prompt_tokens{0};
@@ -116,6 +130,7 @@ class RequestHandle {
   std::function<void()> listener_;
   int waking_ = 0;  // calls of listener_ under way
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> choice_cancelled_[kMaxChoices]{};
 };
 
 struct EngineMetrics {
@@ -160,6 +175,10 @@ class Engine {
   void run();
   bool step(Slot& s);  // false when the slot is finished
   void log_prefill(Slot& s, size_t prompt_tokens);
+  // The decoding of choices 1..n-1 of a request whose prompt `s` has just prefilled.
+  void fork_choices(Slot& s);
+  std::function<void(float*, int64_t)> logit_filter(Slot* s);
+  std::vector<std::unique_ptr<Slot>> forks_;  // made in step(), joined to the active slots by run()
   EngineEvent prompt_logprobs(const Slot& s) const;
 
   const Model& model_;

@@ -11,7 +11,16 @@ namespace {
 class PlainDecoder final : public RequestDecoder {
  public:
   PlainDecoder(const Model& model, SequenceState start, const SamplerOptions& sampling, ThreadPool* pool, bool full_logits)
-      : model_(model), gen_(model, std::move(start), Sampler(sampling), pool, forward_options(full_logits)) {}
+      : model_(model), pool_(pool), full_logits_(full_logits),
+        gen_(model, std::move(start), Sampler(sampling), pool, forward_options(full_logits)) {}
+  std::unique_ptr<RequestDecoder> fork(const SamplerOptions& sampling,
+                                       std::function<void(float*, int64_t)> logit_filter) const override {
+    if (gen_.pending()) throw Error("fork: a token is pending (fork right after the prompt)");
+    auto d = std::make_unique<PlainDecoder>(model_, gen_.state(), sampling, pool_, full_logits_);
+    d->gen_.resume(gen_.last_logits());
+    if (logit_filter) d->set_logit_filter(std::move(logit_filter));
+    return d;
+  }
   static ForwardOptions forward_options(bool full_logits) {
     ForwardOptions fo;
     if (full_logits) fo.head_top_k = -1;  // every logit, whatever the sampler
@@ -29,6 +38,8 @@ class PlainDecoder final : public RequestDecoder {
 
  private:
   const Model& model_;
+  ThreadPool* pool_;
+  bool full_logits_;
   Generation gen_;
 };
 
@@ -70,6 +81,9 @@ class SpeculativeRequestDecoder final : public RequestDecoder {
   const SequenceState& state() const override { return *state_; }
   Generation* batchable() override { return nullptr; }
   SpeculativeStats speculative_stats() const override { return spec_->stats(); }
+  std::unique_ptr<RequestDecoder> fork(const SamplerOptions&, std::function<void(float*, int64_t)>) const override {
+    throw Error("a speculative request cannot be forked (requests with several choices decode plainly)");
+  }
 
  private:
   const Model& model_;

@@ -41,6 +41,10 @@ class RequestDecoder {
   // (Generation::commit_pending_together), or nullptr (nothing pending, context full, speculative).
   virtual Generation* batchable() = 0;
   virtual SpeculativeStats speculative_stats() const { return {}; }
+  // Plain decoding, right after the prompt: a decoder of the same sequence and next-token logits
+  // with other sampling options (choices of one request); speculative decoding throws.
+  virtual std::unique_ptr<RequestDecoder> fork(const SamplerOptions& sampling,
+                                               std::function<void(float*, int64_t)> logit_filter) const = 0;
   // Plain decoding: the logits the last next_token() / force_token() chose from (null otherwise).
   virtual const std::vector<float>* step_logits() const { return nullptr; }
 };

@@ -115,8 +115,7 @@ void read_openai_sampling(const json& b, ApiRequest& r) {
     if (!seed->is_number_integer() && !seed->is_number_unsigned()) wrong_type("seed", "an integer", *seed);
     s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : uint64_t(seed->get<int64_t>());
   }
-  if (const json* n = field(b, "n"))
-    if (!n->is_number_integer() || n->get<int64_t>() != 1) throw bad_request("only n = 1 is supported", "n");
+  r.n = int(get_int(b, "n", 1, 1, 8));
   r.stop = get_stop(b, "stop");
   r.stream = get_bool(b, "stream", false);
   if (const json* so = field(b, "stream_options")) {

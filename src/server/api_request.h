@@ -40,6 +40,7 @@ struct ApiRequest {
   // top_logprobs; completions logprobs).
   int logprobs = -1;
   bool echo = false;  // completions: the prompt leads the text (and its logprobs, with logprobs)
+  int n = 1;          // choices (OpenAI n: 1-8); choice i samples with seed + i
 };
 
 struct ApiDefaults {

@@ -123,12 +123,13 @@ class ChatWriter : public ResponseWriter {
                {"object", "chat.completion"},
                {"created", created_},
                {"model", model_},
-               {"choices", json::array({{{"index", 0}, {"message", msg}, {"finish_reason", openai_finish(why)},
+               {"choices", json::array({{{"index", index_}, {"message", msg}, {"finish_reason", openai_finish(why)},
                                          {"logprobs", logprobs_ ? json{{"content", all_logprobs_}, {"refusal", nullptr}} : json(nullptr)}}})},
                {"usage", openai_usage(u)}};
       return {};
     }
     std::string out = chunk(json::object(), openai_finish(why));
+    if (!ends_stream_) return out;  // another choice is still going: it ends the stream
     if (usage_chunk_) {
       json j = base("chat.completion.chunk");
       j["choices"] = json::array();
@@ -152,7 +153,7 @@ class ChatWriter : public ResponseWriter {
       lp = {{"content", pending_logprobs_}, {"refusal", nullptr}};
       pending_logprobs_ = json::array();
     }
-    j["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", lp},
+    j["choices"] = json::array({{{"index", index_}, {"delta", delta}, {"logprobs", lp},
                                  {"finish_reason", finish ? json(finish) : json(nullptr)}}});
     return sse(j);
   }
@@ -198,12 +199,13 @@ class CompletionWriter : public ResponseWriter {
   std::string finish(EndReason why, const std::string&, const Usage& u) override {
     if (!stream_) {
       body_ = base();
-      body_["choices"] = json::array({{{"index", 0}, {"text", text_}, {"logprobs", logprobs_ ? all_.to_json() : json(nullptr)},
+      body_["choices"] = json::array({{{"index", index_}, {"text", text_}, {"logprobs", logprobs_ ? all_.to_json() : json(nullptr)},
                                        {"finish_reason", openai_finish(why)}}});
       body_["usage"] = openai_usage(u);
       return {};
     }
     std::string out = chunk("", openai_finish(why));
+    if (!ends_stream_) return out;
     if (usage_chunk_) {
       json j = base();
       j["choices"] = json::array();
@@ -226,7 +228,7 @@ class CompletionWriter : public ResponseWriter {
       lp = pending_.to_json();
       pending_ = CompletionLogprobs{};
     }
-    j["choices"] = json::array({{{"index", 0}, {"text", text}, {"logprobs", lp},
+    j["choices"] = json::array({{{"index", index_}, {"text", text}, {"logprobs", lp},
                                  {"finish_reason", finish ? json(finish) : json(nullptr)}}});
     return sse(j);
   }

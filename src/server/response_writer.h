@@ -40,6 +40,15 @@ class ResponseWriter {
   virtual nlohmann::json body() const = 0;
   // A failure after the stream started, as an event the client can read.
   virtual std::string stream_error(const std::string& message) = 0;
+
+  // Requests with several choices (n): this writer's choice index, and whether its finish()
+  // ends the stream (the usage chunk and [DONE]: the choice that finishes last).
+  void set_choice(int index) { index_ = index; }
+  void set_ends_stream(bool ends) { ends_stream_ = ends; }
+
+ protected:
+  int index_ = 0;
+  bool ends_stream_ = true;
 };
 
 // `id` is the response id ("chatcmpl-…", "cmpl-…", "msg_…"), `created` seconds since the epoch.

@@ -32,16 +32,21 @@ int64_t unix_now() {
 // One generation as the HTTP layer sees it: engine events in, wire text out. It reads the engine
 // without blocking (the HTTP layer polls it when the engine says there is news).
 struct Job : HttpResponder {
+  // One choice of the answer (a request may ask for several: n).
+  struct Choice {
+    std::unique_ptr<ReplyDecoder> decoder;
+    std::unique_ptr<ResponseWriter> writer;
+    bool done = false, saw_tool_calls = false;
+    std::string stop_sequence;
+  };
   ApiRequest req;
   RenderedPrompt prompt;
   std::shared_ptr<RequestHandle> handle;
-  std::unique_ptr<ReplyDecoder> decoder;
-  std::unique_ptr<ResponseWriter> writer;
-  Usage usage;
-  bool started = false, done = false, saw_tool_calls = false, head_given = false;
+  std::vector<Choice> choices;
+  Usage usage;  // completion tokens: every choice's
+  bool started = false, done = false, head_given = false;
   std::string failure;       // the engine's error, if the generation failed
   std::string abort_reason;  // why the server cancelled it (shutting down)
-  std::string stop_sequence;
   std::atomic<int64_t>* errors = nullptr;  // the server's error counter
   std::vector<int32_t> stop_ids;           // end-of-sequence ids (no logprobs entry)
   std::string label;                       // the response id, for the log
@@ -58,6 +63,8 @@ struct Job : HttpResponder {
     }
   }
 
+  ResponseWriter& first_writer() { return *choices[0].writer; }
+
   Output poll() override {
     Output o;
     std::string text;
@@ -69,7 +76,7 @@ struct Job : HttpResponder {
       handle->set_listener(nullptr);
       done = true;
       failure = std::string("generation failed: ") + e.what();
-      text = req.stream ? writer->stream_error(failure) : std::string();
+      text = req.stream ? first_writer().stream_error(failure) : std::string();
     }
     if (req.stream) {
       if (!head_given) {
@@ -82,7 +89,7 @@ struct Job : HttpResponder {
       // A whole answer goes out at the end, with the status that says how it went.
       if (!abort_reason.empty()) o.head = json_response(503, error_body(req.kind, 503, "server_error", abort_reason, ""));
       else if (!failure.empty()) o.head = json_response(500, error_body(req.kind, 500, "server_error", failure, ""));
-      else o.head = json_response(200, writer->body());
+      else o.head = json_response(200, whole_body());
     }
     if ((!failure.empty() || !abort_reason.empty()) && done && errors) {
       ++*errors;
@@ -92,41 +99,70 @@ struct Job : HttpResponder {
     return o;
   }
 
+  // The body of a whole answer: the first choice's, with every choice in `choices` and the usage
+  // of them all.
+  json whole_body() {
+    json body = first_writer().body();
+    if (choices.size() > 1 && body.contains("choices")) {
+      json all = json::array();
+      for (Choice& c : choices) {
+        const json b = c.writer->body();
+        if (b.contains("choices"))
+          for (const json& x : b["choices"]) all.push_back(x);
+      }
+      body["choices"] = all;
+      if (body.contains("usage") && body["usage"].is_object()) {  // every choice's tokens, counted at the end
+        body["usage"]["completion_tokens"] = usage.completion_tokens;
+        body["usage"]["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+      }
+    }
+    return body;
+  }
+
   static HttpResponse json_response(int status, const json& body) { return HttpResponse{status, "application/json", {}, wire_json(body)}; }
 
-  // Every event queued now, as wire text (streaming) or into the writer (whole answers).
+  // Every event queued now, as wire text (streaming) or into the writers (whole answers).
   std::string drain_events() {
     std::string out;
     if (!started) {
       started = true;
-      out += writer->start(usage);
+      for (Choice& c : choices) out += c.writer->start(usage);
     }
     EngineEvent ev;
     while (!done && handle->next(ev, 0)) {
       if (ev.kind == EngineEvent::Kind::Prompt) {
-        writer->prompt_logprobs(prompt.ids, ev.prompt);
+        for (Choice& c : choices) c.writer->prompt_logprobs(prompt.ids, ev.prompt);
         continue;
       }
+      if (ev.kind == EngineEvent::Kind::Error) {
+        failure = "generation failed: " + ev.error;
+        out += first_writer().stream_error(failure);
+        done = true;
+        break;
+      }
+      if (ev.index < 0 || size_t(ev.index) >= choices.size()) continue;
+      Choice& c = choices[size_t(ev.index)];
+      if (c.done) continue;
       if (ev.kind == EngineEvent::Kind::Token) {
         ++usage.completion_tokens;
         // The end-of-sequence token is not part of the answer: no log-probability entry for it.
         if (ev.logprob.token >= 0 && std::find(stop_ids.begin(), stop_ids.end(), ev.token) == stop_ids.end())
-          writer->token_logprob(ev.logprob);
-        ReplyDelta d = decoder->feed(ev.token);
-        saw_tool_calls |= !d.tool_calls.empty();
-        out += writer->delta(d);
+          c.writer->token_logprob(ev.logprob);
+        ReplyDelta d = c.decoder->feed(ev.token);
+        c.saw_tool_calls |= !d.tool_calls.empty();
+        out += c.writer->delta(d);
         if (d.stop_matched) {
-          stop_sequence = d.stop_sequence;
-          handle->cancel();
-          out += end(EndReason::StopSequence);
+          c.stop_sequence = d.stop_sequence;
+          handle->cancel_choice(ev.index);
+          out += end(c, EndReason::StopSequence);
         }
-      } else if (ev.kind == EngineEvent::Kind::Done) {
-        ReplyDelta d = decoder->finish();
-        saw_tool_calls |= !d.tool_calls.empty();
-        out += writer->delta(d);
+      } else {  // Done
+        ReplyDelta d = c.decoder->finish();
+        c.saw_tool_calls |= !d.tool_calls.empty();
+        out += c.writer->delta(d);
         if (ev.finish == FinishReason::Cancelled && !abort_reason.empty()) {
           // Cut short by the server: the client reads why (an error event; [DONE] for OpenAI).
-          out += writer->stream_error(abort_reason);
+          out += c.writer->stream_error(abort_reason);
           done = true;
           break;
         }
@@ -134,28 +170,30 @@ struct Job : HttpResponder {
                         : ev.finish == FinishReason::Cancelled                                        ? EndReason::Cancelled
                                                                                                        : EndReason::Eos;
         if (d.stop_matched) {
-          stop_sequence = d.stop_sequence;
+          c.stop_sequence = d.stop_sequence;
           why = EndReason::StopSequence;
         }
-        out += end(why);
-      } else {
-        failure = "generation failed: " + ev.error;
-        out += writer->stream_error(failure);
-        done = true;
+        out += end(c, why);
       }
     }
     if (done) handle->set_listener(nullptr);
     return out;
   }
 
-  std::string end(EndReason why) {
-    if (why == EndReason::Eos && saw_tool_calls) why = EndReason::ToolCalls;
+  // Choice `c` has ended; the last to end ends the answer (its finish carries the usage and the
+  // stream's end).
+  std::string end(Choice& c, EndReason why) {
+    if (why == EndReason::Eos && c.saw_tool_calls) why = EndReason::ToolCalls;
     // What the reply parser could not place (a malformed or cut-off tool-call block, markup where
     // it does not belong) is kept out of the answer: the log keeps it.
-    for (const std::string& w : decoder->warnings()) std::fprintf(stderr, "ds41 serve: %s: %s\n", label.c_str(), w.c_str());
+    for (const std::string& w : c.decoder->warnings()) std::fprintf(stderr, "ds41 serve: %s: %s\n", label.c_str(), w.c_str());
+    c.done = true;
+    bool all = true;
+    for (const Choice& x : choices) all = all && x.done;
     usage.cached_tokens = handle->cached_tokens;
-    done = true;
-    return writer->finish(why, stop_sequence, usage);
+    c.writer->set_ends_stream(all);
+    if (all) done = true;
+    return c.writer->finish(why, c.stop_sequence, usage);
   }
 };
 
@@ -270,11 +308,17 @@ struct Server::Impl {
       er.prompt_logprobs = r.echo && r.logprobs >= 0;
       if (er.forced.empty()) structured_output(r, er);
       er.arrived = http_req.arrived;
-      job->decoder = text.reply_decoder(r);
       job->usage.prompt_tokens = n_prompt;
+      er.n = r.n;
       const std::string prefix = kind == ApiKind::ChatCompletions ? "chatcmpl-" : kind == ApiKind::Completions ? "cmpl-" : "msg_";
       const std::string id = prefix + std::to_string(unix_now()) + "-" + std::to_string(next_id++);
-      job->writer = make_response_writer(r, id, opt.model_name, unix_now(), &text.tokenizer());
+      for (int i = 0; i < r.n; ++i) {
+        Job::Choice c;
+        c.decoder = text.reply_decoder(r);
+        c.writer = make_response_writer(r, id, opt.model_name, unix_now(), &text.tokenizer());
+        c.writer->set_choice(i);
+        job->choices.push_back(std::move(c));
+      }
       er.label = id;
       job->label = id;
       job->handle = engine.submit(std::move(er));

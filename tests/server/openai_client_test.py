@@ -70,6 +70,36 @@ def check_logprobs(client, msgs):
     print("logprobs: chat (whole = streamed), completions with echo")
 
 
+def check_choices(client, msgs):
+    """n choices: one prefill, forked; choice i is the answer of the same request with seed + i."""
+    r = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=6, n=3, temperature=1.0, seed=5)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    for i in range(3):
+        one = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=6, temperature=1.0, seed=5 + i)
+        assert one.choices[0].message.content == r.choices[i].message.content, i
+        assert one.choices[0].finish_reason == r.choices[i].finish_reason
+    assert r.usage.completion_tokens == 3 * 6  # max_tokens each (a random model rarely ends by itself)
+    parts, finished, usage = {}, {}, None
+    for chunk in client.chat.completions.create(model="tiny", messages=msgs, max_tokens=6, n=3, temperature=1.0, seed=5,
+                                                stream=True, stream_options={"include_usage": True}):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            parts.setdefault(c.index, []).append(c.delta.content or "")
+            if c.finish_reason:
+                finished[c.index] = c.finish_reason
+    assert ["".join(parts[i]) for i in range(3)] == [c.message.content for c in r.choices]
+    assert sorted(finished) == [0, 1, 2] and usage is not None and usage.completion_tokens == r.usage.completion_tokens
+    comp = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=4, n=2, temperature=1.0, seed=9)
+    assert [c.index for c in comp.choices] == [0, 1] and comp.usage.completion_tokens == 8
+    try:
+        client.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, n=9)
+        raise AssertionError("n = 9 accepted")
+    except openai_module().BadRequestError:
+        pass
+    print("n: 3 choices = 3 requests with seeds 5, 6, 7 (whole and streamed)")
+
+
 def check_structured_output(client, base):
     """response_format json_object and json_schema (strict): 50 sampled answers on the tiny model
     (random weights: it would never write JSON by itself) parse and validate against their schema
@@ -264,6 +294,7 @@ def main():
         except openai.AuthenticationError:
             pass
 
+        check_choices(client, msgs)
         check_structured_output(client, base)
         check_logprobs(client, msgs)
         check_models_tokenize_cors(client, base, openai)
