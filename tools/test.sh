@@ -11,9 +11,11 @@ tools/install_deps.sh
 # Test oracles from PyPI: the official openai client drives `ds41 serve`.
 python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai ||
   echo "warning: could not install the openai package; its server test will be skipped" >&2
-# ... and jsonschema validates its structured-output answers.
+# ... jsonschema validates its structured-output answers; selenium drives chromium over the chat page.
 python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install --quiet jsonschema ||
   echo "warning: could not install the jsonschema package; the server test will fail" >&2
+python3 -c "import selenium" 2>/dev/null || python3 -m pip install --quiet selenium ||
+  echo "warning: could not install the selenium package; the chat page test will be skipped" >&2
 jobs=$(nproc)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)

@@ -25,6 +25,11 @@ using json = nlohmann::json;
 
 namespace {
 
+// The chat page (src/server/chat_page/index.html), embedded at build time.
+constexpr char kChatPage[] =
+#include "server/chat_page.inc"
+    ;
+
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -242,7 +247,7 @@ struct Server::Impl {
     std::string message = msg;
     if (status == 404 && req && message.rfind("no such endpoint", 0) == 0)
       message += " (endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages, /tokenize, /detokenize; GET "
-                 "/v1/models, /v1/models/{id}, /health, /metrics)";
+                 "/ (chat page), /v1/models, /v1/models/{id}, /health, /metrics)";
     return HttpResponse{status, "application/json", {}, wire_json(error_body(kind_of(req), status, type ? type : error_type(status), message, param))};
   }
 
@@ -520,6 +525,14 @@ struct Server::Impl {
     // llama-server's shapes: {"content", "add_special", "with_pieces"} -> {"tokens"}; {"tokens"} -> {"content"}.
     http.route("POST", "/tokenize", [this](const HttpRequest& req) { return tokenize(req); }, /*blocking=*/true);
     http.route("POST", "/detokenize", [this](const HttpRequest& req) { return detokenize(req); }, /*blocking=*/true);
+    // The chat page: one self-contained file (its policy allows nothing from elsewhere).
+    http.route("GET", "/", [](const HttpRequest&) -> HttpReply {
+      return HttpResponse{200, "text/html; charset=utf-8",
+                          {{"Cache-Control", "no-cache"},
+                           {"Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:; "
+                                                       "style-src 'unsafe-inline'; script-src 'unsafe-inline'"}},
+                          std::string(kChatPage, sizeof kChatPage - 1)};
+    });
     http.route("GET", "/health", [this](const HttpRequest&) -> HttpReply {
       const EngineMetrics& m = engine.metrics();
       const bool draining = http.draining();
