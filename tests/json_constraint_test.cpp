@@ -170,7 +170,8 @@ TEST(JsonConstraint, MaskedTokenWalksEndInValidDocumentsWithinTheBudget) {
     const int tightest = int(JsonState(g).shortest_completion().size()) + 1;
     for (int budget : {tightest, 2 * tightest, 150}) {
       for (int w = 0; w < 2; ++w) {
-        JsonTokenConstraint c(g, trie, eos);
+        const auto made = make_json_constraint(g, trie, eos);
+        TokenConstraint& c = *made;
         std::string text;
         bool ended = false;
         for (int64_t left = budget; left > 0 && !ended; --left) {

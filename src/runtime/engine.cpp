@@ -230,7 +230,7 @@ std::function<void(float*, int64_t)> Engine::logit_filter(Slot* sp) {
   // Slots do not move (each is held by a unique_ptr).
   return [sp, this](float* logits, int64_t vocab) {
     if (!sp->constraining) return;
-    JsonTokenConstraint& c = *sp->req.constraint;
+    TokenConstraint& c = *sp->req.constraint;
     const double before = c.mask_seconds();
     c.mask(logits, vocab, sp->req.max_tokens - sp->generated);
     ++metrics_.constraint_masks;
@@ -248,7 +248,7 @@ void Engine::fork_choices(Slot& s) {
     f->req.prompt_logprobs = false;
     f->req.sampling.seed = s.req.sampling.seed + uint64_t(i);
     // Its own place in the document (the constraint's state is per choice).
-    if (s.req.constraint) f->req.constraint = std::make_shared<JsonTokenConstraint>(*s.req.constraint);
+    if (s.req.constraint) f->req.constraint = s.req.constraint->clone();
     f->handle = s.handle;
     f->index = i;
     f->forked = true;
@@ -350,7 +350,6 @@ bool Engine::step(Slot& s) {
     SequenceState start = cached ? std::move(*cached) : model_.new_sequence();
     std::optional<SpeculativeOptions> spec;
     const bool logprobs = s.req.logprobs >= 0;
-    if (s.req.constraint && !s.req.forced.empty()) s.req.constraint.reset();  // a forced call wins
     s.constraining = s.req.constraint && s.req.constraint_trigger.empty();
     if (opt_.dspark && s.req.forced.empty() && !logprobs && !s.req.constraint && s.req.n == 1) {
       spec.emplace();

@@ -72,10 +72,10 @@ struct EngineRequest {
   // The prompt's log-probabilities too (completions' echo): one Prompt event before the first
   // token, from one extra forward pass over the prompt.
   bool prompt_logprobs = false;
-  // Structured output (text/json_constraint.h): every token after `constraint_trigger` (empty:
-  // from the first) is chosen among those the document can take; the request decodes plainly
-  // with every logit computed. Not with `forced`.
-  std::shared_ptr<JsonTokenConstraint> constraint;
+  // Structured output and constrained tool-call arguments (text/token_constraint.h): every token
+  // after `constraint_trigger` (empty: from the first) is chosen among those the constraint
+  // allows; the request decodes plainly with every logit computed.
+  std::shared_ptr<TokenConstraint> constraint;
   std::vector<int32_t> constraint_trigger;
   // Choices (1..kMaxChoices): the prompt is prefilled once, then the sequence is forked into `n`
   // that decode side by side, choice i sampling with seed + i. Events carry the choice's index;

@@ -13,6 +13,7 @@
 #include "server/http_server.h"
 #include "server/response_writer.h"
 #include "server/text_side.h"
+#include "text/dsml_args_constraint.h"
 #include "text/json_constraint.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
@@ -312,6 +313,7 @@ struct Server::Impl {
       er.logprobs = r.logprobs;
       er.prompt_logprobs = r.echo && r.logprobs >= 0;
       if (er.forced.empty()) structured_output(r, er);
+      else constrain_forced_call(r, er);
       er.arrived = http_req.arrived;
       job->usage.prompt_tokens = n_prompt;
       er.n = r.n;
@@ -437,11 +439,35 @@ struct Server::Impl {
     } else {
       return;
     }
+    er.constraint = make_json_constraint(grammar, token_trie(), text.stop_ids().at(0));
+    if (r.thinking) er.constraint_trigger = text.tokenizer().encode("</think>");
+  }
+
+  std::shared_ptr<const TokenTrie> token_trie() {
     std::call_once(trie_once, [this] {
       trie = std::make_shared<const TokenTrie>(text.tokenizer(), engine.model().config().vocab_size);
     });
-    er.constraint = std::make_shared<JsonTokenConstraint>(grammar, trie, text.stop_ids().at(0));
-    if (r.thinking) er.constraint_trigger = text.tokenizer().encode("</think>");
+    return trie;
+  }
+
+  // tool_choice naming a function: after the forced invoke header, its arguments are held to the
+  // function's parameters schema in DSML (text/dsml_args_constraint.h).
+  void constrain_forced_call(const ApiRequest& r, EngineRequest& er) {
+    if (er.forced.empty() || r.tool_choice.rfind("function:", 0) != 0) return;
+    const std::string name = r.tool_choice.substr(9);
+    for (const auto& tool : r.tools) {
+      if (!tool.contains("function") || tool["function"].value("name", "") != name) continue;
+      const auto params = tool["function"].contains("parameters") ? tool["function"]["parameters"]
+                                                                   : nlohmann::ordered_json::object();
+      try {
+        er.constraint = make_dsml_args_constraint(DsmlArgsSchema::from_parameters(params), token_trie(),
+                                                  text.stop_ids().at(0));
+      } catch (const Error& e) {
+        throw ApiError(400, "invalid_request_error", "tools: function " + name + ": " + e.what(), "tools");
+      }
+      er.constraint_trigger = er.forced;
+      return;
+    }
   }
 
   json model_card() const {

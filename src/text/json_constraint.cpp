@@ -677,16 +677,13 @@ std::string JsonState::key() const {
 TokenTrie::TokenTrie(const Tokenizer& tok, int64_t vocab) : vocab_(vocab) {
   nodes_.emplace_back();
   bytes_.resize(size_t(vocab));
-  plain_.assign(size_t(vocab), 0);
   const int64_t n = std::min<int64_t>(vocab, tok.vocab_size());
   for (int64_t id = 0; id < n; ++id) {
     if (tok.is_added(int32_t(id))) continue;  // special tokens never write JSON
     const std::string_view b = tok.token_bytes(int32_t(id));
     if (b.empty()) continue;
     bytes_[size_t(id)] = std::string(b);
-    plain_[size_t(id)] = std::all_of(b.begin(), b.end(), [](char c) {
-      return uint8_t(c) >= 0x20 && uint8_t(c) < 0x80 && c != '"' && c != '\\';
-    });
+    longest_ = std::max<int64_t>(longest_, int64_t(b.size()));
     int node = 0;
     for (const char c : b) {
       auto& ch = nodes_[size_t(node)].children;
@@ -704,114 +701,9 @@ TokenTrie::TokenTrie(const Tokenizer& tok, int64_t vocab) : vocab_(vocab) {
   }
 }
 
-JsonTokenConstraint::JsonTokenConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie,
-                                         int32_t eos)
-    : trie_(std::move(trie)), state_(grammar), eos_(eos), grammar_longest_(grammar->longest_min_length()) {}
-
-namespace {
-
-// Marks every token whose bytes the state can take, walking the trie; inside a plain string a
-// byte changes nothing, so the state is copied only where a byte changes it.
-// `limit` >= 0: a token is allowed only if the document can still be completed in `limit` bytes
-// after it (the token budget; see JsonTokenConstraint::mask).
-void walk(const TokenTrie& trie, int node, const JsonState& st, bool in_plain_string, int64_t limit,
-          std::vector<uint8_t>& allowed) {
-  const auto mark = [&](int child, const JsonState* after, int64_t known_length) {
-    const auto& tokens = trie.nodes()[size_t(child)].tokens;
-    if (tokens.empty()) return;
-    if (limit >= 0 && (known_length >= 0 ? known_length : int64_t(after->completion_length())) > limit) return;
-    for (int32_t t : tokens) allowed[size_t(t)] = 1;
-  };
-  // Inside a plain string a byte changes nothing: the completion is this state's for every child.
-  const int64_t here = in_plain_string && limit >= 0 ? int64_t(st.completion_length()) : -1;
-  for (const auto& [byte, child] : trie.nodes()[size_t(node)].children) {
-    if (in_plain_string && byte >= 0x20 && byte < 0x80 && byte != '"' && byte != '\\') {
-      mark(child, &st, here);
-      walk(trie, child, st, true, limit, allowed);
-      continue;
-    }
-    JsonState next = st;
-    if (!next.step(byte)) continue;
-    mark(child, &next, -1);
-    walk(trie, child, next, next.in_plain_string(), limit, allowed);
-  }
-}
-
-}  // namespace
-
-void JsonTokenConstraint::allowed_tokens(std::vector<uint8_t>& allowed, int64_t limit) {
-  if (limit >= 0 && state_.in_plain_string()) {
-    // Inside a string near the budget: the unlimited mask, then the tokens that leave the string
-    // or stop inside a character checked one by one (the others change no completion).
-    allowed_tokens(allowed, -1);
-    if (int64_t(state_.completion_length()) > limit) allowed.assign(allowed.size(), 0);
-    const auto& bytes = trie_->token_bytes();
-    for (size_t t = 0; t < allowed.size(); ++t) {
-      if (!allowed[t] || trie_->plain(int32_t(t))) continue;
-      JsonState after = state_;
-      allowed[t] = after.step(bytes[t]) && int64_t(after.completion_length()) <= limit;
-    }
-    return;
-  }
-  const std::string k = limit < 0 ? state_.key() : std::string();
-  if (limit < 0)
-    for (auto& [key, mask] : cache_)
-      if (key == k) {
-        allowed = mask;
-        return;
-      }
-  allowed.assign(size_t(trie_->vocab()), 0);
-  walk(*trie_, 0, state_, state_.in_plain_string(), limit, allowed);
-  if (limit >= 0) return;
-  if (cache_.size() >= 8) cache_.erase(cache_.begin());
-  cache_.emplace_back(k, allowed);
-}
-
-void JsonTokenConstraint::mask(float* logits, int64_t vocab, int64_t tokens_left) {
-  if (!active_) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  constexpr float kNeg = -std::numeric_limits<float>::infinity();
-  std::vector<uint8_t> allowed;
-  const std::string closing = state_.shortest_completion();
-  // After this token, the document must still be completable with the tokens left (one byte a
-  // token at worst) and the end of sequence: near the budget, tokens are checked one by one.
-  const int64_t growth = 256 + grammar_longest_;  // more than one token can add to the completion
-  const int64_t limit = tokens_left - 2 < int64_t(closing.size()) + growth ? tokens_left - 2 : -1;
-  if (state_.complete()) {
-    allowed.assign(size_t(vocab), 0);
-  } else if (tokens_left - 2 < int64_t(closing.size())) {
-    // Near the end of the budget: the shortest completion, by its longest tokens (each token
-    // writes at least a byte of it, so it ends in time).
-    allowed.assign(size_t(vocab), 0);
-    int node = 0, longest = -1;
-    for (const char c : closing) {
-      const auto& ch = trie_->nodes()[size_t(node)].children;
-      auto it = std::lower_bound(ch.begin(), ch.end(), std::pair<uint8_t, int>{uint8_t(c), -1});
-      if (it == ch.end() || it->first != uint8_t(c)) break;
-      node = it->second;
-      if (!trie_->nodes()[size_t(node)].tokens.empty()) longest = node;
-    }
-    if (longest >= 0)
-      for (int32_t t : trie_->nodes()[size_t(longest)].tokens) allowed[size_t(t)] = 1;
-  } else {
-    allowed_tokens(allowed, limit);
-  }
-  const bool eos_ok = state_.complete();
-  for (int64_t i = 0; i < vocab; ++i)
-    if (!(i < int64_t(allowed.size()) && allowed[size_t(i)]) && !(i == eos_ && eos_ok)) logits[i] = kNeg;
-  mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ++masks_;
-}
-
-bool JsonTokenConstraint::advance(int32_t token) {
-  if (!active_) return false;
-  if (token == eos_) return state_.complete();
-  const auto& bytes = trie_->token_bytes();
-  if (token < 0 || size_t(token) >= bytes.size() || bytes[size_t(token)].empty() || !state_.step(bytes[size_t(token)])) {
-    active_ = false;  // a token from outside (forced): the constraint no longer knows where it is
-    return false;
-  }
-  return true;
+std::shared_ptr<TokenConstraint> make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
+                                                      std::shared_ptr<const TokenTrie> trie, int32_t eos) {
+  return std::make_shared<AutomatonConstraint<JsonState>>(JsonState(std::move(grammar)), std::move(trie), eos);
 }
 
 }  // namespace ds41

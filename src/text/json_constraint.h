@@ -25,9 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace ds41 {
+#include "text/token_constraint.h"
 
-class Tokenizer;
+namespace ds41 {
 
 // A compiled schema: the tree of nodes the automaton walks.
 class JsonGrammar {
@@ -82,6 +82,12 @@ class JsonState {
     return !stack_.empty() && stack_.back().kind == Frame::Kind::String && stack_.back().phase == 0 &&
            stack_.back().index == 0;
   }
+  // Whether `byte` leaves the state as it is (the token walks skip copying it then).
+  bool plain_byte(uint8_t byte) const {
+    return byte >= 0x20 && byte < 0x80 && byte != '"' && byte != '\\' && in_plain_string();
+  }
+  // How much one token's structure can add to the completion beyond its own bytes.
+  int64_t growth() const { return g_->longest_min_length() + 8; }
 
   struct Frame {
     enum class Kind : uint8_t { Value, Object, Array, String, Number, Literals, Done } kind = Kind::Value;
@@ -103,55 +109,8 @@ class JsonState {
   std::vector<Frame> stack_;
 };
 
-// The vocabulary's byte strings as a trie, built once per tokenizer.
-class TokenTrie {
- public:
-  // Every id of `tok` below `vocab` that is not an added (special) token.
-  TokenTrie(const Tokenizer& tok, int64_t vocab);
-  int64_t vocab() const { return vocab_; }
-  struct Node {
-    std::vector<std::pair<uint8_t, int>> children;  // sorted by byte
-    std::vector<int32_t> tokens;                   // ids whose bytes end here
-  };
-  const std::vector<Node>& nodes() const { return nodes_; }
-  const std::vector<std::string>& token_bytes() const { return bytes_; }
-  // Whether every byte of the token is printable ASCII other than '"' and '\\': inside a string
-  // such a token changes nothing but the string's content.
-  bool plain(int32_t id) const { return plain_[size_t(id)] != 0; }
-
- private:
-  int64_t vocab_;
-  std::vector<uint8_t> plain_;
-  std::vector<Node> nodes_;
-  std::vector<std::string> bytes_;  // per id ("" for special and missing ids)
-};
-
-// One request's constraint: masks logits before each choice and follows the chosen tokens.
-class JsonTokenConstraint {
- public:
-  JsonTokenConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie, int32_t eos);
-  // Sets every logit the document cannot take to -inf; `tokens_left` counts this one.
-  void mask(float* logits, int64_t vocab, int64_t tokens_left);
-  // The chosen token (after mask). Returns false if it does not fit (a forced token): the
-  // constraint then stops applying.
-  bool advance(int32_t token);
-  bool complete() const { return state_.complete(); }
-  bool active() const { return active_; }
-  // Time spent in mask(), for the measurement of its cost.
-  double mask_seconds() const { return mask_seconds_; }
-  int64_t masks() const { return masks_; }
-
- private:
-  void allowed_tokens(std::vector<uint8_t>& allowed, int64_t limit);
-  std::shared_ptr<const TokenTrie> trie_;
-  JsonState state_;
-  int32_t eos_;
-  int64_t grammar_longest_;
-  bool active_ = true;
-  // Masks of recent states (inside a long string the state repeats token after token).
-  std::vector<std::pair<std::string, std::vector<uint8_t>>> cache_;
-  double mask_seconds_ = 0;
-  int64_t masks_ = 0;
-};
+// What a request's tokens may be for structured output: any JSON object, or a schema's document.
+std::shared_ptr<TokenConstraint> make_json_constraint(std::shared_ptr<const JsonGrammar> grammar,
+                                                      std::shared_ptr<const TokenTrie> trie, int32_t eos);
 
 }  // namespace ds41

@@ -134,6 +134,21 @@ def check_structured_output(client, base):
             jsonschema.validate(value, schema)
         assert r.choices[0].finish_reason == "stop", (r.choices[0].finish_reason, text)
         valid += 1
+    # A forced tool call: its arguments held to the function's schema through the DSML parameters.
+    params = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                               "units": {"enum": ["c", "f"]}},
+              "required": ["city", "days"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": params}}]
+    calls = 0
+    for i in range(10):
+        r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Weather? %d" % i}],
+                                           tools=tools, max_tokens=120, temperature=1.0, seed=100 + i,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        tc = r.choices[0].message.tool_calls
+        assert tc and tc[0].function.name == "get_weather", r
+        jsonschema.validate(json.loads(tc[0].function.arguments), params)
+        assert r.choices[0].finish_reason == "tool_calls", r.choices[0].finish_reason
+        calls += 1
     try:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=5,
                                        response_format={"type": "json_schema", "json_schema": {"name": "bad", "schema": {
@@ -144,7 +159,8 @@ def check_structured_output(client, base):
     with urllib.request.urlopen(urllib.request.Request(base.replace("/v1", "") + "/metrics")) as m:
         lines = dict(l.split(" ", 1) for l in m.read().decode().splitlines() if l.startswith("ds41_structured"))
     masks, seconds = int(lines["ds41_structured_output_masks_total"]), float(lines["ds41_structured_output_mask_seconds_total"])
-    print("structured output: %d/50 answers valid; %d token masks, %.2f ms each" % (valid, masks, 1e3 * seconds / max(masks, 1)))
+    print("structured output: %d/50 answers valid, %d/10 forced tool calls valid; %d token masks, %.2f ms each" %
+          (valid, calls, masks, 1e3 * seconds / max(masks, 1)))
 
 
 def check_models_tokenize_cors(client, base, openai):

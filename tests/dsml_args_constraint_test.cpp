@@ -1,0 +1,127 @@
+// A forced tool call's arguments held to the function's schema (text/dsml_args_constraint.h):
+// the DSML automaton against written parameters, its shortest completion from every prefix, and
+// token walks over the V3 vocabulary whose replies the reply parser reads as a call with valid
+// arguments.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "test_paths.h"
+#include "test_tokenizer_files.h"
+#include "text/dsml_args_constraint.h"
+#include "text/reply_parser.h"
+#include "text/tokenizer.h"
+
+namespace ds41 {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const json kParams = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "city": {"type": "string"},
+    "days": {"type": "integer"},
+    "units": {"enum": ["c", "f"]},
+    "hours": {"type": "array", "items": {"type": "integer"}}
+  },
+  "required": ["city", "days"]
+})");
+
+const std::string kCallHead = "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"weather\">\n";
+const std::string kEnd = "</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+
+std::string param(const std::string& name, bool is_string, const std::string& value) {
+  return "<｜DSML｜ parameter name=\"" + name + "\" string=\"" + (is_string ? "true" : "false") + "\">" + value +
+         "</｜DSML｜ parameter>\n";
+}
+
+bool accepts(const std::string& args) {
+  DsmlArgsState st(DsmlArgsSchema::from_parameters(kParams));
+  return st.step(args) && st.complete();
+}
+
+// The arguments the reply parser reads from a reply made of the forced head and `args`; they
+// must be JSON that satisfies kParams (required present, types).
+void expect_valid_call(const std::string& args) {
+  const ParsedReply r = parse_reply(kCallHead + args + "<｜end▁of▁sentence｜>");
+  ASSERT_EQ(r.tool_calls.size(), 1u) << args;
+  const json a = json::parse(r.tool_calls[0].arguments, nullptr, false);
+  ASSERT_TRUE(a.is_object()) << r.tool_calls[0].arguments;
+  EXPECT_TRUE(a.contains("city") && a["city"].is_string()) << a.dump();
+  EXPECT_TRUE(a.contains("days") && a["days"].is_number_integer()) << a.dump();
+  if (a.contains("units")) EXPECT_TRUE(a["units"] == "c" || a["units"] == "f") << a.dump();
+  if (a.contains("hours")) EXPECT_TRUE(a["hours"].is_array()) << a.dump();
+}
+
+TEST(DsmlArgsConstraint, WrittenParametersAgainstTheSchema) {
+  EXPECT_TRUE(accepts(param("city", true, "Paris") + param("days", false, "3") + kEnd));
+  EXPECT_TRUE(accepts(param("days", false, "-2") + param("units", false, "\"f\"") + param("city", true, "多行\n<b>") +
+                      param("hours", false, "[1,2]") + kEnd));
+  EXPECT_FALSE(accepts(param("city", true, "Paris") + kEnd)) << "days is required";
+  EXPECT_FALSE(accepts(param("city", false, "\"Paris\"") + param("days", false, "3") + kEnd)) << "city is a string";
+  EXPECT_FALSE(accepts(param("city", true, "P") + param("days", false, "3.5") + kEnd)) << "integer";
+  EXPECT_FALSE(accepts(param("city", true, "P") + param("days", false, "3") + param("days", false, "4") + kEnd)) << "twice";
+  EXPECT_FALSE(accepts(param("city", true, "P") + param("days", false, "3") + param("wind", false, "1") + kEnd)) << "unknown";
+  EXPECT_FALSE(accepts(param("city", true, "P") + param("days", false, "3") + param("units", false, "\"k\"") + kEnd));
+  EXPECT_THROW(DsmlArgsSchema::from_parameters(json::parse(R"({"properties": {"x": {"type": "string", "pattern": "a"}}})")), Error);
+}
+
+TEST(DsmlArgsConstraint, ShortestCompletionFromEveryPrefixIsAValidCall) {
+  const std::string args = param("units", false, "\"c\"") + param("city", true, "Ünïcode <i>") +
+                           param("hours", false, "[10,11]") + param("days", false, "12") + kEnd;
+  ASSERT_TRUE(accepts(args));
+  for (size_t k = 0; k <= args.size(); ++k) {
+    DsmlArgsState st(DsmlArgsSchema::from_parameters(kParams));
+    ASSERT_TRUE(st.step(args.substr(0, k))) << k;
+    const std::string done = args.substr(0, k) + st.shortest_completion();
+    DsmlArgsState check(DsmlArgsSchema::from_parameters(kParams));
+    ASSERT_TRUE(check.step(done) && check.complete()) << done;
+    EXPECT_EQ(st.completion_length(), st.shortest_completion().size());
+    expect_valid_call(done);
+  }
+}
+
+TEST(DsmlArgsConstraint, MaskedTokenWalksEndInValidCalls) {
+  if (!std::filesystem::exists(test::v3_tokenizer_path())) GTEST_SKIP() << "V3 tokenizer not in the shared assets";
+  const Tokenizer tok = Tokenizer::load(test::v3_tokenizer_path());
+  const int64_t vocab = tok.vocab_size();
+  const int32_t eos = *tok.token_to_id("<｜end▁of▁sentence｜>");
+  auto trie = std::make_shared<const TokenTrie>(tok, vocab);
+  const auto schema = DsmlArgsSchema::from_parameters(kParams);
+  const int tightest = int(DsmlArgsState(schema).shortest_completion().size()) + 1;
+  std::mt19937 rng(77);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (int budget : {tightest, 3 * tightest}) {
+    for (int w = 0; w < 1; ++w) {
+      const auto c = make_dsml_args_constraint(schema, trie, eos);
+      std::string text;
+      bool ended = false;
+      for (int64_t left = budget; left > 0 && !ended; --left) {
+        uint32_t x = uint32_t(rng());
+        for (float& l : logits) {
+          x = x * 1664525u + 1013904223u;
+          l = float(x >> 8) * (8.f / 16777216.f);
+        }
+        c->mask(logits.data(), vocab, left);
+        int32_t best = -1;
+        for (int64_t i = 0; i < vocab; ++i)
+          if (logits[size_t(i)] > -1e30f && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = int32_t(i);
+        ASSERT_GE(best, 0) << "no token allowed after: " << text;
+        ASSERT_TRUE(c->advance(best));
+        if (best == eos) ended = true;
+        else text += tok.token_bytes(best);
+      }
+      ASSERT_TRUE(ended) << "budget " << budget << " ran out: " << text;
+      expect_valid_call(text);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ds41
