@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "constraint_walk.h"
 #include "test_paths.h"
 #include "test_tokenizer_files.h"
 #include "text/dsml_args_constraint.h"
@@ -89,37 +90,16 @@ TEST(DsmlArgsConstraint, ShortestCompletionFromEveryPrefixIsAValidCall) {
 
 TEST(DsmlArgsConstraint, MaskedTokenWalksEndInValidCalls) {
   if (!std::filesystem::exists(test::v3_tokenizer_path())) GTEST_SKIP() << "V3 tokenizer not in the shared assets";
-  const Tokenizer tok = Tokenizer::load(test::v3_tokenizer_path());
-  const int64_t vocab = tok.vocab_size();
-  const int32_t eos = *tok.token_to_id("<｜end▁of▁sentence｜>");
-  auto trie = std::make_shared<const TokenTrie>(tok, vocab);
+  const test::V3Vocabulary v;
   const auto schema = DsmlArgsSchema::from_parameters(kParams);
   const int tightest = int(DsmlArgsState(schema).shortest_completion().size()) + 1;
   std::mt19937 rng(77);
-  std::vector<float> logits(static_cast<size_t>(vocab));
   for (int budget : {tightest, 3 * tightest}) {
-    for (int w = 0; w < 1; ++w) {
-      const auto c = make_dsml_args_constraint(schema, trie, eos);
-      std::string text;
-      bool ended = false;
-      for (int64_t left = budget; left > 0 && !ended; --left) {
-        uint32_t x = uint32_t(rng());
-        for (float& l : logits) {
-          x = x * 1664525u + 1013904223u;
-          l = float(x >> 8) * (8.f / 16777216.f);
-        }
-        c->mask(logits.data(), vocab, left);
-        int32_t best = -1;
-        for (int64_t i = 0; i < vocab; ++i)
-          if (logits[size_t(i)] > -1e30f && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = int32_t(i);
-        ASSERT_GE(best, 0) << "no token allowed after: " << text;
-        ASSERT_TRUE(c->advance(best));
-        if (best == eos) ended = true;
-        else text += tok.token_bytes(best);
-      }
-      ASSERT_TRUE(ended) << "budget " << budget << " ran out: " << text;
-      expect_valid_call(text);
-    }
+    const auto c = make_dsml_args_constraint(schema, v.trie, v.eos);
+    const test::Walk walk = test::walk_constraint(*c, v, budget, rng);
+    ASSERT_FALSE(walk.stuck) << "no token allowed after: " << walk.text;
+    ASSERT_TRUE(walk.ended) << "budget " << budget << " ran out: " << walk.text;
+    expect_valid_call(walk.text);
   }
 }
 

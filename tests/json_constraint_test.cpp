@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "constraint_walk.h"
 #include "test_paths.h"
 #include "test_tokenizer_files.h"
 #include "text/json_constraint.h"
@@ -155,14 +156,10 @@ TEST(JsonConstraint, ShortestCompletionFromEveryPrefixIsAValidDocument) {
 // document within its budget, and the mask never leaves the walk without a token.
 TEST(JsonConstraint, MaskedTokenWalksEndInValidDocumentsWithinTheBudget) {
   if (!std::filesystem::exists(test::v3_tokenizer_path())) GTEST_SKIP() << "V3 tokenizer not in the shared assets";
-  const Tokenizer tok = Tokenizer::load(test::v3_tokenizer_path());
-  const int64_t vocab = tok.vocab_size();
-  const int32_t eos = *tok.token_to_id("<｜end▁of▁sentence｜>");
-  auto trie = std::make_shared<const TokenTrie>(tok, vocab);
+  const test::V3Vocabulary v;
   const std::vector<json> schemas = {json(), kPerson,
                                      json::parse(R"({"type":"object","properties":{"answer":{"enum":["yes","no"]},"why":{"type":"string"}},"required":["answer","why"]})")};
   std::mt19937 rng(51);
-  std::vector<float> logits(static_cast<size_t>(vocab));
   int walks = 0;
   for (const json& schema : schemas) {
     const auto g = schema.is_null() ? JsonGrammar::any_object() : JsonGrammar::from_schema(schema);
@@ -170,33 +167,16 @@ TEST(JsonConstraint, MaskedTokenWalksEndInValidDocumentsWithinTheBudget) {
     const int tightest = int(JsonState(g).shortest_completion().size()) + 1;
     for (int budget : {tightest, 2 * tightest, 150}) {
       for (int w = 0; w < 2; ++w) {
-        const auto made = make_json_constraint(g, trie, eos);
-        TokenConstraint& c = *made;
-        std::string text;
-        bool ended = false;
-        for (int64_t left = budget; left > 0 && !ended; --left) {
-          uint32_t x = uint32_t(rng());  // cheap noise: a draw per logit of the vocabulary every step
-          for (float& l : logits) {
-            x = x * 1664525u + 1013904223u;
-            l = float(x >> 8) * (8.f / 16777216.f);
-          }
-          logits[size_t(eos)] += 4.f;  // a model that wants to stop early: the mask must hold it
-          c.mask(logits.data(), vocab, left);
-          int32_t best = -1;
-          for (int64_t i = 0; i < vocab; ++i)
-            if (logits[size_t(i)] > -1e30f && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = int32_t(i);
-          ASSERT_GE(best, 0) << "no token allowed after: " << text;
-          ASSERT_TRUE(c.advance(best));
-          if (best == eos) ended = true;
-          else text += tok.token_bytes(best);
-        }
+        const auto c = make_json_constraint(g, v.trie, v.eos);
+        const test::Walk walk = test::walk_constraint(*c, v, budget, rng);
         ++walks;
-        ASSERT_TRUE(ended) << "budget " << budget << " ran out: " << text;
-        const json v = json::parse(text, nullptr, false);
-        ASSERT_FALSE(v.is_discarded()) << text;
-        EXPECT_TRUE(v.is_object()) << text;
-        if (!schema.is_null()) EXPECT_TRUE(validates(v, schema)) << text;
-        EXPECT_GT(c.masks(), 0);
+        ASSERT_FALSE(walk.stuck) << "no token allowed after: " << walk.text;
+        ASSERT_TRUE(walk.ended) << "budget " << budget << " ran out: " << walk.text;
+        const json val = json::parse(walk.text, nullptr, false);
+        ASSERT_FALSE(val.is_discarded()) << walk.text;
+        EXPECT_TRUE(val.is_object()) << walk.text;
+        if (!schema.is_null()) EXPECT_TRUE(validates(val, schema)) << walk.text;
+        EXPECT_GT(c->masks(), 0);
       }
     }
   }
