@@ -103,5 +103,44 @@ TEST(DsmlArgsConstraint, MaskedTokenWalksEndInValidCalls) {
   }
 }
 
+// tool_choice "required": one invoke of any tool, the arguments held to that tool's schema.
+TEST(DsmlArgsConstraint, RequiredCallPicksAToolAndHoldsItsArguments) {
+  const json tools = json::array(
+      {json{{"type", "function"}, {"function", {{"name", "weather"}, {"parameters", kParams}}}},
+       json{{"type", "function"}, {"function", {{"name", "search"}, {"parameters", json::parse(R"({"type": "object",
+            "properties": {"q": {"type": "string"}, "top": {"type": "integer"}}, "required": ["q"]})")}}}}});
+  const auto set = DsmlToolSet::from_tools(tools);
+  const auto accepts_call = [&](const std::string& text) {
+    DsmlCallState st(set);
+    return st.step(text) && st.complete();
+  };
+  const std::string weather = "<｜DSML｜ invoke name=\"weather\">\n" + param("city", true, "Oslo") + param("days", false, "1") + kEnd;
+  const std::string search = "<｜DSML｜ invoke name=\"search\">\n" + param("q", true, "ds41") + kEnd;
+  EXPECT_TRUE(accepts_call(weather));
+  EXPECT_TRUE(accepts_call(search));
+  EXPECT_FALSE(accepts_call("<｜DSML｜ invoke name=\"other\">\n" + kEnd));
+  EXPECT_FALSE(accepts_call("<｜DSML｜ invoke name=\"search\">\n" + param("city", true, "Oslo") + kEnd)) << "weather's parameter";
+  EXPECT_FALSE(accepts_call("<｜DSML｜ invoke name=\"search\">\n" + kEnd)) << "q is required";
+  for (const std::string& call : {weather, search})
+    for (size_t k = 0; k <= call.size(); ++k) {
+      DsmlCallState st(set);
+      ASSERT_TRUE(st.step(call.substr(0, k)));
+      const std::string done = call.substr(0, k) + st.shortest_completion();
+      ASSERT_TRUE(accepts_call(done)) << done;
+      const ParsedReply r = parse_reply("\n\n<｜DSML｜ calls>\n" + done + "<｜end▁of▁sentence｜>");
+      ASSERT_EQ(r.tool_calls.size(), 1u) << done;
+      EXPECT_TRUE(json::parse(r.tool_calls[0].arguments, nullptr, false).is_object()) << r.tool_calls[0].arguments;
+    }
+  if (!std::filesystem::exists(test::v3_tokenizer_path())) return;
+  const test::V3Vocabulary v;
+  std::mt19937 rng(5);
+  const auto c = make_dsml_call_constraint(set, v.trie, v.eos);
+  const test::Walk walk = test::walk_constraint(*c, v, 200, rng);
+  ASSERT_TRUE(walk.ended && !walk.stuck) << walk.text;
+  const ParsedReply r = parse_reply("\n\n<｜DSML｜ calls>\n" + walk.text + "<｜end▁of▁sentence｜>");
+  ASSERT_EQ(r.tool_calls.size(), 1u) << walk.text;
+  EXPECT_TRUE(r.tool_calls[0].name == "weather" || r.tool_calls[0].name == "search");
+}
+
 }  // namespace
 }  // namespace ds41

@@ -451,9 +451,20 @@ struct Server::Impl {
   }
 
   // tool_choice naming a function: after the forced invoke header, its arguments are held to the
-  // function's parameters schema in DSML (text/dsml_args_constraint.h).
+  // function's parameters schema in DSML (text/dsml_args_constraint.h); "required": one call of
+  // any of the tools, held to its schema.
   void constrain_forced_call(const ApiRequest& r, EngineRequest& er) {
-    if (er.forced.empty() || r.tool_choice.rfind("function:", 0) != 0) return;
+    if (er.forced.empty()) return;
+    if (r.tool_choice == "required") {  // one call of any tool, its arguments held to that tool's schema
+      try {
+        er.constraint = make_dsml_call_constraint(DsmlToolSet::from_tools(r.tools), token_trie(), text.stop_ids().at(0));
+      } catch (const Error& e) {
+        throw ApiError(400, "invalid_request_error", std::string("tools: ") + e.what(), "tools");
+      }
+      er.constraint_trigger = er.forced;
+      return;
+    }
+    if (r.tool_choice.rfind("function:", 0) != 0) return;
     const std::string name = r.tool_choice.substr(9);
     for (const auto& tool : r.tools) {
       if (!tool.contains("function") || tool["function"].value("name", "") != name) continue;

@@ -252,6 +252,72 @@ std::string DsmlArgsState::key() const {
   return k;
 }
 
+std::shared_ptr<const DsmlToolSet> DsmlToolSet::from_tools(const json& tools) {
+  auto out = std::make_shared<DsmlToolSet>();
+  for (const json& t : tools) {
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) continue;
+    const std::string name = t["function"].value("name", "");
+    if (name.empty() || name.find('"') != std::string::npos) throw Error("a tool name cannot be written in DSML");
+    const json params = t["function"].contains("parameters") ? t["function"]["parameters"] : json::object();
+    out->tools.push_back({std::string(dsml::kInvokeOpen) + " name=\"" + name + "\">\n", DsmlArgsSchema::from_parameters(params)});
+  }
+  if (out->tools.empty()) throw Error("tool_choice required: no tools");
+  return out;
+}
+
+DsmlCallState::DsmlCallState(std::shared_ptr<const DsmlToolSet> tools) : t_(std::move(tools)) {
+  for (size_t i = 0; i < t_->tools.size(); ++i) alive_.push_back(uint16_t(i));
+}
+
+bool DsmlCallState::step(std::string_view bytes) {
+  for (const char c : bytes)
+    if (!step(uint8_t(c))) return false;
+  return true;
+}
+
+bool DsmlCallState::step(uint8_t byte) {
+  if (args_) return args_->step(byte);
+  std::vector<uint16_t> alive;
+  for (uint16_t c : alive_) {
+    const std::string& h = t_->tools[c].header;
+    if (index_ < h.size() && uint8_t(h[index_]) == byte) alive.push_back(c);
+  }
+  if (alive.empty()) return false;
+  alive_ = std::move(alive);
+  ++index_;
+  // Headers end with `">\n`: the one that is whole is the only one left.
+  if (alive_.size() == 1 && t_->tools[alive_[0]].header.size() == index_) args_.emplace(t_->tools[alive_[0]].args);
+  return true;
+}
+
+std::string DsmlCallState::shortest_completion() const {
+  if (args_) return args_->shortest_completion();
+  std::string best;
+  for (uint16_t c : alive_) {
+    std::string option = t_->tools[c].header.substr(index_) + DsmlArgsState(t_->tools[c].args).shortest_completion();
+    if (best.empty() || option.size() < best.size()) best = std::move(option);
+  }
+  return best;
+}
+
+std::string DsmlCallState::key() const {
+  if (args_) return "A" + std::to_string(alive_.empty() ? -1 : alive_[0]) + args_->key();
+  std::string k = "H" + std::to_string(index_);
+  for (uint16_t a : alive_) k += "," + std::to_string(a);
+  return k;
+}
+
+int64_t DsmlCallState::growth() const {
+  int64_t most = 0;
+  for (const auto& t : t_->tools) most = std::max<int64_t>(most, int64_t(t.header.size()) + t.args->growth);
+  return most + 64;
+}
+
+std::shared_ptr<TokenConstraint> make_dsml_call_constraint(std::shared_ptr<const DsmlToolSet> tools,
+                                                           std::shared_ptr<const TokenTrie> trie, int32_t eos) {
+  return std::make_shared<AutomatonConstraint<DsmlCallState>>(DsmlCallState(std::move(tools)), std::move(trie), eos);
+}
+
 std::shared_ptr<TokenConstraint> make_dsml_args_constraint(std::shared_ptr<const DsmlArgsSchema> schema,
                                                            std::shared_ptr<const TokenTrie> trie, int32_t eos) {
   return std::make_shared<AutomatonConstraint<DsmlArgsState>>(DsmlArgsState(std::move(schema)), std::move(trie), eos);

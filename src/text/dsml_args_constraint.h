@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,40 @@ class DsmlArgsState {
   uint8_t lead_ = 0;
   std::shared_ptr<JsonState> json_;        // Json: the value so far
 };
+
+// tool_choice "required": after the forced `<｜DSML｜ calls>\n`, one invoke of any of the tools,
+// its arguments held to that tool's schema.
+struct DsmlToolSet {
+  struct Tool {
+    std::string header;  // `<｜DSML｜ invoke name="NAME">\n`
+    std::shared_ptr<const DsmlArgsSchema> args;
+  };
+  std::vector<Tool> tools;
+  // OpenAI tools ([{"type": "function", "function": {"name", "parameters"}}]); throws ds41::Error.
+  static std::shared_ptr<const DsmlToolSet> from_tools(const nlohmann::ordered_json& tools);
+};
+
+class DsmlCallState {
+ public:
+  explicit DsmlCallState(std::shared_ptr<const DsmlToolSet> tools);
+  bool step(uint8_t byte);
+  bool step(std::string_view bytes);
+  bool complete() const { return args_ && args_->complete(); }
+  std::string shortest_completion() const;
+  size_t completion_length() const { return args_ ? args_->completion_length() : shortest_completion().size(); }
+  std::string key() const;
+  bool plain_byte(uint8_t byte) const { return args_ && args_->plain_byte(byte); }
+  int64_t growth() const;
+
+ private:
+  std::shared_ptr<const DsmlToolSet> t_;
+  std::vector<uint16_t> alive_;  // tools whose header still matches
+  size_t index_ = 0;             // bytes of the header matched
+  std::optional<DsmlArgsState> args_;
+};
+
+std::shared_ptr<TokenConstraint> make_dsml_call_constraint(std::shared_ptr<const DsmlToolSet> tools,
+                                                           std::shared_ptr<const TokenTrie> trie, int32_t eos);
 
 // The constraint for a forced call of a function with these parameters.
 std::shared_ptr<TokenConstraint> make_dsml_args_constraint(std::shared_ptr<const DsmlArgsSchema> schema,
