@@ -214,7 +214,7 @@ TEST_F(ServerTest, MalformedRequestsGetFourHundredsAndTheServerStaysUp) {
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", 400},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_p": "a"})", 400},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})", 400},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})", 400},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 9})", 400},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "stop": 5})", 400},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})", 400},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]})", 400},
