@@ -70,6 +70,11 @@ TEST(DsmlArgsConstraint, WrittenParametersAgainstTheSchema) {
   EXPECT_FALSE(accepts(param("city", true, "P") + param("days", false, "3") + param("days", false, "4") + kEnd)) << "twice";
   EXPECT_FALSE(accepts(param("city", true, "P") + param("days", false, "3") + param("wind", false, "1") + kEnd)) << "unknown";
   EXPECT_FALSE(accepts(param("city", true, "P") + param("days", false, "3") + param("units", false, "\"k\"") + kEnd));
+  // Text that starts the closing tag and leaves it inside its "｜": the character must still be whole.
+  EXPECT_TRUE(accepts(param("city", true, "a</｜x") + param("days", false, "1") + kEnd));
+  DsmlArgsState half(DsmlArgsSchema::from_parameters(kParams));
+  EXPECT_TRUE(half.step("<｜DSML｜ parameter name=\"city\" string=\"true\">a</\xEF\xBC"));
+  EXPECT_FALSE(half.step("x")) << "'x' inside a 3-byte character";
   EXPECT_THROW(DsmlArgsSchema::from_parameters(json::parse(R"({"properties": {"x": {"type": "string", "pattern": "a"}}})")), Error);
 }
 

@@ -141,6 +141,7 @@ TEST(JsonConstraint, ShortestCompletionFromEveryPrefixIsAValidDocument) {
     for (size_t k = 0; k <= doc.size(); ++k) {
       JsonState st(g);
       ASSERT_TRUE(st.step(doc.substr(0, k)));
+      EXPECT_EQ(st.completion_length(), st.shortest_completion().size()) << doc.substr(0, k);
       const std::string done = doc.substr(0, k) + st.shortest_completion();
       JsonState check(g);
       ASSERT_TRUE(check.step(done) && check.complete()) << done;

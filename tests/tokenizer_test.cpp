@@ -129,6 +129,34 @@ TEST(Utf8, ClassifiesSequences) {
   EXPECT_EQ(find_invalid_utf8("ab\xE4\xB8"), 2u);  // a truncated character is invalid text
 }
 
+// The incremental check against the whole-string one (find_invalid_utf8): on random byte strings
+// the first byte it refuses is where the string stops being well-formed, a string it takes whole
+// is valid exactly when it ends at a character boundary, and its completion finishes the last
+// character validly.
+TEST(Utf8, StepperAgreesWithTheWholeStringCheck) {
+  std::mt19937 rng(3);
+  const std::string pieces[] = {"a", "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\xED\x9F\xBF",
+                                "\xE0", "\xED", "\xF0", "\xF4", "\x80", "\xBF", "\xC0", "\xFF", "\xA0", "\x90"};
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string s;
+    for (int k = int(rng() % 6); k >= 0; --k) s += pieces[rng() % std::size(pieces)];
+    Utf8Stepper st;
+    size_t refused = std::string::npos;
+    for (size_t i = 0; i < s.size() && refused == std::string::npos; ++i)
+      if (!st.step(uint8_t(s[i]))) refused = i;
+    const size_t invalid = find_invalid_utf8(s);
+    if (refused != std::string::npos) {
+      ASSERT_NE(invalid, std::string::npos) << s;
+      ASSERT_LE(invalid, refused) << s;  // the ill-formed sequence starts at or before the refused byte
+      // Everything it took is well-formed once its character is finished.
+      ASSERT_EQ(find_invalid_utf8(s.substr(0, refused) + st.completion()), std::string::npos) << s;
+    } else {
+      ASSERT_EQ(invalid == std::string::npos, st.at_boundary()) << s;
+      ASSERT_EQ(find_invalid_utf8(s + st.completion()), std::string::npos) << s;
+    }
+  }
+}
+
 TEST(ByteLevel, EveryByteHasOneVisibleCharacter) {
   std::string all;
   for (int b = 0; b < 256; ++b) all += char(b);

@@ -110,23 +110,15 @@ bool DsmlArgsState::step(uint8_t byte) {
         const DsmlArgsSchema::Param& p = s_->params[size_t(current_)];
         phase_ = p.is_string ? Phase::Text : Phase::Json;
         index_ = 0;
-        utf8_due_ = 0;
+        utf8_ = Utf8Stepper{};
         if (!p.is_string) json_ = std::make_shared<JsonState>(p.value);
       }
       return true;
     }
     case Phase::Text: {
-      if (utf8_due_ > 0) {
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (lead_ == 0xE0) lo = 0xA0;
-        else if (lead_ == 0xED) hi = 0x9F;
-        else if (lead_ == 0xF0) lo = 0x90;
-        else if (lead_ == 0xF4) hi = 0x8F;
-        if (byte < lo || byte > hi) return false;
-        lead_ = 0;
-        --utf8_due_;
-        return true;
-      }
+      // Well-formed UTF-8 throughout, the closing tag's bytes included (a mismatch inside its
+      // "｜" must not leave half a character).
+      if (!utf8_.step(byte)) return false;
       // The closing tag ends the text ('<' does not occur inside the tag: a mismatch restarts at 0 or 1).
       const std::string_view tag = dsml::kParamClose;
       if (byte == uint8_t(tag[index_])) {
@@ -137,13 +129,6 @@ bool DsmlArgsState::step(uint8_t byte) {
         return true;
       }
       index_ = byte == '<' ? 1 : 0;
-      if (byte >= 0x80) {
-        if (byte >= 0xC2 && byte <= 0xDF) utf8_due_ = 1;
-        else if (byte >= 0xE0 && byte <= 0xEF) utf8_due_ = 2;
-        else if (byte >= 0xF0 && byte <= 0xF4) utf8_due_ = 3;
-        else return false;
-        lead_ = byte;
-      }
       return true;
     }
     case Phase::Json: {
@@ -163,7 +148,7 @@ bool DsmlArgsState::step(uint8_t byte) {
 
 bool DsmlArgsState::plain_byte(uint8_t byte) const {
   if (phase_ == Phase::Json) return json_->plain_byte(byte);  // inside a JSON string of a value
-  return phase_ == Phase::Text && utf8_due_ == 0 && index_ == 0 && byte != '<' && byte < 0x80 &&
+  return phase_ == Phase::Text && utf8_.at_boundary() && index_ == 0 && byte != '<' && byte < 0x80 &&
          (byte >= 0x20 || byte == '\n' || byte == '\t');
 }
 
@@ -188,7 +173,8 @@ size_t DsmlArgsState::completion_length() const {
   switch (phase_) {
     case Phase::Done: return 0;
     case Phase::Close: return candidates_[0]->size() - index_ + rest_after_length(written_);
-    case Phase::Text: return size_t(utf8_due_) + dsml::kParamClose.size() - index_ + 1 + rest_after_length(written_);
+    case Phase::Text:  // inside the closing tag its rest finishes the character too
+      return size_t(index_ > 0 ? 0 : utf8_.due) + dsml::kParamClose.size() - index_ + 1 + rest_after_length(written_);
     case Phase::Json: return json_->completion_length() + kClose.size() + rest_after_length(written_);
     case Phase::Head:
     case Phase::Name: return shortest_completion().size();  // few tokens take these phases' paths
@@ -200,12 +186,9 @@ std::string DsmlArgsState::shortest_completion() const {
   switch (phase_) {
     case Phase::Done: return "";
     case Phase::Close: return candidates_[0]->substr(index_) + rest_after(written_);
-    case Phase::Text: {
-      std::string out;
-      for (int k = 0; k < utf8_due_; ++k)
-        out += char(k == 0 && lead_ == 0xE0 ? 0xA0 : k == 0 && lead_ == 0xF0 ? 0x90 : 0x80);
-      return out + std::string(dsml::kParamClose).substr(index_) + "\n" + rest_after(written_);
-    }
+    case Phase::Text:
+      return (index_ > 0 ? std::string() : utf8_.completion()) + std::string(dsml::kParamClose).substr(index_) + "\n" +
+             rest_after(written_);
     case Phase::Json: return json_->shortest_completion() + kClose + rest_after(written_);
     case Phase::Head: {
       // The end if it is alive; else the parameter head, then the first required parameter left.
@@ -244,8 +227,8 @@ std::string DsmlArgsState::shortest_completion() const {
 
 std::string DsmlArgsState::key() const {
   std::string k(1, char('A' + int(phase_)));
-  k += std::to_string(index_) + ":" + std::to_string(current_) + ":" + std::to_string(utf8_due_) + ":" +
-       std::to_string(lead_) + ":";
+  k += std::to_string(index_) + ":" + std::to_string(current_) + ":" + std::to_string(utf8_.due) + ":" +
+       std::to_string(utf8_.lead) + ":";
   for (uint8_t w : written_) k += char('0' + w);
   for (uint16_t a : alive_) k += "," + std::to_string(a);
   if (json_) k += "|" + json_->key();

@@ -62,8 +62,7 @@ class DsmlArgsState {
   std::vector<uint16_t> alive_;
   size_t index_ = 0;                       // bytes of the literal matched; Text: bytes of the closing tag matched
   int current_ = -1;                       // the parameter being written
-  int utf8_due_ = 0;                       // Text: continuation bytes of a character still due
-  uint8_t lead_ = 0;
+  Utf8Stepper utf8_;                       // Text: the character being read
   std::shared_ptr<JsonState> json_;        // Json: the value so far
 };
 

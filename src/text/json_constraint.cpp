@@ -212,32 +212,13 @@ bool JsonState::step(uint8_t byte) {
         if (f.phase == kStrNormal) {
           // Strings are UTF-8 (a JSON parser refuses anything else): multi-byte characters are
           // followed byte by byte, overlong forms and surrogates refused as UTF-8 decoders do.
-          if (f.index > 0) {
-            uint8_t lo = 0x80, hi = 0xBF;
-            if (f.lead) {  // the first continuation byte of some leads is narrower
-              if (f.lead == 0xE0) lo = 0xA0;
-              else if (f.lead == 0xED) hi = 0x9F;
-              else if (f.lead == 0xF0) lo = 0x90;
-              else if (f.lead == 0xF4) hi = 0x8F;
-            }
-            if (byte < lo || byte > hi) return false;
-            f.lead = 0;
-            --f.index;
-            return true;
-          }
+          if (!f.utf8.at_boundary() || byte >= 0x80) return f.utf8.step(byte);
           if (byte == '"') {
             stack_.pop_back();
             return true;
           }
           if (byte == '\\') f.phase = kStrEscape;
           else if (byte < 0x20) return false;
-          else if (byte >= 0x80) {
-            if (byte >= 0xC2 && byte <= 0xDF) f.index = 1;
-            else if (byte >= 0xE0 && byte <= 0xEF) f.index = 2;
-            else if (byte >= 0xF0 && byte <= 0xF4) f.index = 3;
-            else return false;
-            f.lead = byte;
-          }
           return true;
         }
         if (f.phase == kStrEscape) {
@@ -517,8 +498,7 @@ void JsonState::completion_of(size_t i, std::string& out) const {
     case Frame::Kind::Done: return;
     case Frame::Kind::Value: out += minimal_value(f.node); return;
     case Frame::Kind::String:
-      for (int k = 0; k < f.index; ++k)  // the rest of a multi-byte character, its smallest valid form
-        out += char(k == 0 && f.lead == 0xE0 ? 0xA0 : k == 0 && f.lead == 0xF0 ? 0x90 : 0x80);
+      out += f.utf8.completion();  // the rest of a multi-byte character, its smallest valid form
       if (f.phase == kStrEscape) out += "n";
       else if (f.phase > kStrHex) out += std::string(size_t(f.phase - kStrHex), '0');
       out += "\"";
@@ -607,7 +587,7 @@ size_t JsonState::completion_length() const {
       case Frame::Kind::Done: break;
       case Frame::Kind::Value: total += size_t(g_->min_length(f.node)); break;
       case Frame::Kind::String:
-        total += size_t(f.index) + (f.phase == kStrEscape ? 1 : f.phase > kStrHex ? size_t(f.phase - kStrHex) : 0) + 1;
+        total += size_t(f.utf8.due) + (f.phase == kStrEscape ? 1 : f.phase > kStrHex ? size_t(f.phase - kStrHex) : 0) + 1;
         break;
       case Frame::Kind::Number: total += number_accepting(f.phase) ? 0 : 1; break;
       case Frame::Kind::Literals: {
@@ -665,7 +645,7 @@ std::string JsonState::key() const {
   for (const Frame& f : stack_) {
     k += char('A' + int(f.kind));
     k += char(f.phase);
-    k += std::to_string(f.node) + ":" + std::to_string(f.index) + (f.integer ? "i" : "") + (f.free_object ? "f" : "") + std::to_string(f.lead);
+    k += std::to_string(f.node) + ":" + std::to_string(f.index) + (f.integer ? "i" : "") + (f.free_object ? "f" : "") + std::to_string(f.utf8.due) + "." + std::to_string(f.utf8.lead);
     for (uint16_t c : f.alive) k += "," + std::to_string(c);
     k += '|';
   }

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "text/token_constraint.h"
+#include "text/utf8.h"
 
 namespace ds41 {
 
@@ -80,7 +81,7 @@ class JsonState {
   // Inside a string, between characters, not after a backslash: a plain ASCII byte changes nothing.
   bool in_plain_string() const {
     return !stack_.empty() && stack_.back().kind == Frame::Kind::String && stack_.back().phase == 0 &&
-           stack_.back().index == 0;
+           stack_.back().utf8.at_boundary();
   }
   // Whether `byte` leaves the state as it is (the token walks skip copying it then).
   bool plain_byte(uint8_t byte) const {
@@ -98,7 +99,7 @@ class JsonState {
     const std::vector<std::string>* list = nullptr;  // Literals: the candidates
     bool integer = false;        // Number
     bool free_object = false;    // Object: any keys, any values
-    uint8_t lead = 0;            // String: the lead byte of the character being read (index: bytes still due)
+    Utf8Stepper utf8;            // String: the character being read
   };
 
  private:

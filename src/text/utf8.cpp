@@ -83,4 +83,32 @@ size_t find_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+bool Utf8Stepper::step(uint8_t b) {
+  if (due > 0) {
+    uint8_t lo = 0x80, hi = 0xBF;  // Table 3-7: the first continuation of some leads is narrower
+    if (lead == 0xE0) lo = 0xA0;
+    else if (lead == 0xED) hi = 0x9F;
+    else if (lead == 0xF0) lo = 0x90;
+    else if (lead == 0xF4) hi = 0x8F;
+    if (b < lo || b > hi) return false;
+    lead = 0;
+    --due;
+    return true;
+  }
+  if (b < 0x80) return true;
+  if (b >= 0xC2 && b <= 0xDF) due = 1;
+  else if (b >= 0xE0 && b <= 0xEF) due = 2;
+  else if (b >= 0xF0 && b <= 0xF4) due = 3;
+  else return false;
+  lead = b;
+  return true;
+}
+
+std::string Utf8Stepper::completion() const {
+  std::string out;
+  for (int k = 0; k < due; ++k)
+    out += char(k == 0 && lead == 0xE0 ? 0xA0 : k == 0 && lead == 0xF0 ? 0x90 : 0x80);
+  return out;
+}
+
 }  // namespace ds41

@@ -36,4 +36,15 @@ std::string utf8_lossy(std::string_view bytes);
 // Offset of the first byte that is not part of a well-formed character, or npos when `s` is valid.
 size_t find_invalid_utf8(std::string_view s);
 
+// Well-formedness one byte at a time (the token-level constraints follow text as it is written).
+struct Utf8Stepper {
+  uint8_t due = 0;   // continuation bytes the character still needs
+  uint8_t lead = 0;  // its lead byte while the first continuation is due (that one's range is narrower)
+  // False when `b` cannot come next in well-formed UTF-8 (the stepper is then unchanged).
+  bool step(uint8_t b);
+  bool at_boundary() const { return due == 0; }
+  // The smallest bytes that finish the character in progress ("" at a boundary).
+  std::string completion() const;
+};
+
 }  // namespace ds41
