@@ -123,6 +123,12 @@ TEST(JsonConstraint, SchemaOrderTypesEnumsAndOptionalProperties) {
   EXPECT_THROW(JsonGrammar::from_schema(json::parse(R"({"type":"string","pattern":"^a"})")), Error);
   EXPECT_THROW(JsonGrammar::from_schema(json::parse(R"({"anyOf":[{"type":"object"},{"type":"object","properties":{}}]})")), Error);
   EXPECT_THROW(JsonGrammar::from_schema(json::parse(R"({"type":"strin"})")), Error);
+  // An enum or an object beyond what the automaton indexes is refused, not cut short.
+  json big_enum = {{"enum", json::array()}};
+  for (size_t i = 0; i <= kMaxAlternatives; ++i) big_enum["enum"].push_back(int(i));
+  EXPECT_THROW(JsonGrammar::from_schema(big_enum), Error);
+  big_enum["enum"].erase(0);
+  EXPECT_NO_THROW(JsonGrammar::from_schema(big_enum));
 }
 
 // From every prefix of valid documents, the shortest completion makes a complete document that

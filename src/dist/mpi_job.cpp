@@ -198,7 +198,6 @@ class MpiExpertParallel final : public ExpertParallel {
     std::lock_guard<std::mutex> lock(g_mutex);
     const double t0 = now_seconds();
     requests_.clear();
-    replies_.clear();
     for (int r = 1; r < g_size; ++r) {
       // Rank r's experts: a contiguous block of ids, so a contiguous block of rows.
       int e0 = E, e1 = E;
@@ -238,7 +237,6 @@ class MpiExpertParallel final : public ExpertParallel {
       MPI_Isend(m.bytes.data(), int(m.bytes.size()), MPI_BYTE, r, kCommand, MPI_COMM_WORLD, &send);
       requests_.push_back(recv);
       requests_.push_back(send);
-      replies_.push_back(r);
       self_.bytes_sent += int64_t(m.bytes.size());
       self_.bytes_received += (r1 - r0) * D * 2;
       self_.messages += 2;
@@ -322,7 +320,6 @@ class MpiExpertParallel final : public ExpertParallel {
  private:
   std::vector<Packer> outbox_;  // per rank: the message in flight (kept until its send completes)
   std::vector<MPI_Request> requests_;
-  std::vector<int> replies_;
   std::vector<RankStats> followers_;  // what each follower said at load
   RankStats self_;
   bool loads_pending_ = false;

@@ -24,6 +24,9 @@ std::shared_ptr<const DsmlArgsSchema> DsmlArgsSchema::from_parameters(const json
   if (!parameters.contains("properties")) return out;  // no parameters
   const json& props = parameters["properties"];
   if (!props.is_object()) throw Error("the function's parameters.properties must be an object");
+  if (props.size() > kMaxAlternatives)
+    throw Error("the function has " + std::to_string(props.size()) + " parameters (at most " +
+                std::to_string(kMaxAlternatives) + ")");
   std::vector<std::string> required;
   if (parameters.contains("required") && parameters["required"].is_array())
     for (const json& r : parameters["required"])
@@ -39,7 +42,7 @@ std::shared_ptr<const DsmlArgsSchema> DsmlArgsSchema::from_parameters(const json
     auto grammar = JsonGrammar::from_schema(it.value());  // every keyword checked, string values too
     if (!p.is_string) p.value = grammar;
     p.head = p.name + "\" string=\"" + (p.is_string ? "true" : "false") + "\">";
-    p.minimal = kParamHead + p.head + (p.is_string ? std::string() : JsonState(p.value).shortest_completion()) + kClose;
+    p.minimal = kParamHead + p.head + (p.is_string ? std::string() : p.value->minimal_value(p.value->root())) + kClose;
     out->growth += int64_t(p.minimal.size());
     out->params.push_back(std::move(p));
   }
@@ -245,6 +248,8 @@ std::shared_ptr<const DsmlToolSet> DsmlToolSet::from_tools(const json& tools) {
     out->tools.push_back({std::string(dsml::kInvokeOpen) + " name=\"" + name + "\">\n", DsmlArgsSchema::from_parameters(params)});
   }
   if (out->tools.empty()) throw Error("tool_choice required: no tools");
+  if (out->tools.size() > kMaxAlternatives)
+    throw Error(std::to_string(out->tools.size()) + " tools (at most " + std::to_string(kMaxAlternatives) + ")");
   return out;
 }
 

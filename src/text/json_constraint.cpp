@@ -44,15 +44,50 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
 }
 
 void JsonGrammar::measure() {
-  // Through a state of a copy (the state needs a shared grammar; the lengths do not depend on it).
-  auto copy = std::make_shared<JsonGrammar>(*this);
-  const JsonState probe(copy);
-  min_len_.resize(nodes_.size());
+  min_values_.assign(nodes_.size(), std::string());
+  measured_.assign(nodes_.size(), 0);
   longest_min_ = 1;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    min_len_[i] = int(probe.minimal_value(int(i)).size());
-    longest_min_ = std::max(longest_min_, min_len_[i]);
+  for (size_t i = 0; i < nodes_.size(); ++i) longest_min_ = std::max(longest_min_, int(measure_node(int(i)).size()));
+}
+
+const std::string& JsonGrammar::minimal_value(int node) const {
+  static const std::string kAny = "0";
+  return node < 0 ? kAny : min_values_[size_t(node)];
+}
+
+// The shortest value of a node, from its children's (each measured once; schemas are trees).
+const std::string& JsonGrammar::measure_node(int node) {
+  if (node < 0 || measured_[size_t(node)]) return minimal_value(node);
+  const Node& n = nodes_[size_t(node)];
+  std::string v;
+  switch (n.kind) {
+    case Kind::Any:
+    case Kind::Integer:
+    case Kind::Number: v = "0"; break;
+    case Kind::String: v = "\"\""; break;
+    case Kind::Boolean: v = "true"; break;
+    case Kind::Null: v = "null"; break;
+    case Kind::Array: v = "[]"; break;
+    case Kind::Literals:
+      v = n.literals[0];
+      for (const std::string& l : n.literals)
+        if (l.size() < v.size()) v = l;
+      break;
+    case Kind::Union:
+      for (int alt : n.values) {
+        const std::string& a = measure_node(alt);
+        if (v.empty() || a.size() < v.size()) v = a;
+      }
+      break;
+    case Kind::Object:
+      v = "{";
+      for (size_t i = 0; i < n.keys.size(); ++i)
+        if (n.required[i]) v += (v.size() > 1 ? "," : "") + n.keys[i] + ":" + measure_node(n.values[i]);
+      v += "}";
+      break;
   }
+  measured_[size_t(node)] = 1;
+  return min_values_[size_t(node)] = std::move(v);
 }
 
 std::shared_ptr<const JsonGrammar> JsonGrammar::from_schema(const json& schema) {
@@ -82,6 +117,9 @@ int JsonGrammar::compile(const json& s, int depth) {
     n.kind = Kind::Literals;
     const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
     if (!values.is_array() || values.empty()) throw Error("json_schema: 'enum' must be a non-empty array");
+    if (values.size() > kMaxAlternatives)
+      throw Error("json_schema: 'enum' has " + std::to_string(values.size()) + " values (at most " +
+                  std::to_string(kMaxAlternatives) + ")");
     for (const json& v : values) {
       std::string text = v.dump();
       if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end()) n.literals.push_back(std::move(text));
@@ -112,6 +150,9 @@ int JsonGrammar::compile(const json& s, int depth) {
       } else {
         const json& props = s["properties"];
         if (!props.is_object()) throw Error("json_schema: 'properties' must be an object");
+        if (props.size() > kMaxAlternatives)
+          throw Error("json_schema: an object with " + std::to_string(props.size()) + " properties (at most " +
+                      std::to_string(kMaxAlternatives) + ")");
         std::vector<std::string> required;
         if (s.contains("required")) {
           if (!s["required"].is_array()) throw Error("json_schema: 'required' must be an array of names");
@@ -446,41 +487,6 @@ bool JsonState::complete() const {
   return false;
 }
 
-std::string JsonState::minimal_value(int node) const {
-  if (node < 0) return "0";
-  const JsonGrammar::Node& n = g_->nodes()[size_t(node)];
-  switch (n.kind) {
-    case Kind::Any: return "0";
-    case Kind::String: return "\"\"";
-    case Kind::Integer:
-    case Kind::Number: return "0";
-    case Kind::Boolean: return "true";
-    case Kind::Null: return "null";
-    case Kind::Array: return "[]";
-    case Kind::Literals: {
-      const std::string* best = &n.literals[0];
-      for (const std::string& l : n.literals)
-        if (l.size() < best->size()) best = &l;
-      return *best;
-    }
-    case Kind::Union: {
-      std::string best;
-      for (int alt : n.values) {
-        std::string v = minimal_value(alt);
-        if (best.empty() || v.size() < best.size()) best = std::move(v);
-      }
-      return best;
-    }
-    case Kind::Object: {
-      std::string out = "{";
-      for (size_t i = 0; i < n.keys.size(); ++i)
-        if (n.required[i]) out += (out.size() > 1 ? "," : "") + n.keys[i] + ":" + minimal_value(n.values[i]);
-      return out + "}";
-    }
-  }
-  return "0";
-}
-
 void JsonState::completion_of(size_t i, std::string& out) const {
   const Frame& f = stack_[i];
   const auto& nodes = g_->nodes();
@@ -489,14 +495,14 @@ void JsonState::completion_of(size_t i, std::string& out) const {
     std::string s;
     for (size_t k = from; k < n.keys.size(); ++k)
       if (n.required[k]) {
-        s += (first ? "" : ",") + n.keys[k] + ":" + minimal_value(n.values[k]);
+        s += (first ? "" : ",") + n.keys[k] + ":" + g_->minimal_value(n.values[k]);
         first = false;
       }
     return s;
   };
   switch (f.kind) {
     case Frame::Kind::Done: return;
-    case Frame::Kind::Value: out += minimal_value(f.node); return;
+    case Frame::Kind::Value: out += g_->minimal_value(f.node); return;
     case Frame::Kind::String:
       out += f.utf8.completion();  // the rest of a multi-byte character, its smallest valid form
       if (f.phase == kStrEscape) out += "n";
@@ -534,7 +540,7 @@ void JsonState::completion_of(size_t i, std::string& out) const {
         out += rest_of_object(n, 0, true) + "}";
       } else if (f.phase == kObjAfterComma) {
         std::string s = rest_of_object(n, size_t(f.index), true);
-        if (s.empty()) s = n.keys[size_t(f.index)] + ":" + minimal_value(n.values[size_t(f.index)]);  // ',' promised one more
+        if (s.empty()) s = n.keys[size_t(f.index)] + ":" + g_->minimal_value(n.values[size_t(f.index)]);  // ',' promised one more
         out += s + "}";
       } else if (f.phase == kObjKey) {
         // The key in progress becomes the one that finishes the object shortest (the key frame
@@ -544,24 +550,24 @@ void JsonState::completion_of(size_t i, std::string& out) const {
         for (uint16_t c : key.alive) {
           const size_t rest = n.keys[c].size() - size_t(key.index);
           written = std::min(written, rest);
-          const size_t len = rest + 1 + minimal_value(n.values[c]).size() + rest_of_object(n, size_t(c) + 1, false).size();
+          const size_t len = rest + 1 + g_->minimal_value(n.values[c]).size() + rest_of_object(n, size_t(c) + 1, false).size();
           if (len < best) {
             best = len;
             chosen = c;
           }
         }
         out.resize(out.size() - written);
-        out += n.keys[chosen].substr(size_t(key.index)) + ":" + minimal_value(n.values[chosen]) +
+        out += n.keys[chosen].substr(size_t(key.index)) + ":" + g_->minimal_value(n.values[chosen]) +
                rest_of_object(n, chosen + 1, false) + "}";
       } else if (f.phase == kObjColon) {
-        out += ":" + minimal_value(n.values[size_t(f.index)]) + rest_of_object(n, size_t(f.index) + 1, false) + "}";
+        out += ":" + g_->minimal_value(n.values[size_t(f.index)]) + rest_of_object(n, size_t(f.index) + 1, false) + "}";
       } else {  // after a value
         out += rest_of_object(n, size_t(f.index), false) + "}";
       }
       return;
     }
     case Frame::Kind::Array:
-      if (f.phase == kArrAfterComma) out += minimal_value(f.node >= 0 ? nodes[size_t(f.node)].items : -1);
+      if (f.phase == kArrAfterComma) out += g_->minimal_value(f.node >= 0 ? nodes[size_t(f.node)].items : -1);
       out += "]";
       return;
   }

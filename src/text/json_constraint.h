@@ -30,6 +30,10 @@
 
 namespace ds41 {
 
+// Most values of an enum, properties of an object or tools of a request a constraint takes (the
+// automata index them in 16 bits; a schema beyond is refused, not truncated).
+inline constexpr size_t kMaxAlternatives = 4096;
+
 // A compiled schema: the tree of nodes the automaton walks.
 class JsonGrammar {
  public:
@@ -51,15 +55,18 @@ class JsonGrammar {
   };
   const std::vector<Node>& nodes() const { return nodes_; }
   int root() const { return 0; }
-  // Bytes of each node's shortest value, and the largest of them.
-  int min_length(int node) const { return node < 0 ? 1 : min_len_[size_t(node)]; }
+  // Each node's shortest value (node < 0: any value), its length, and the longest of them.
+  const std::string& minimal_value(int node) const;
+  int min_length(int node) const { return int(minimal_value(node).size()); }
   int longest_min_length() const { return longest_min_; }
 
  private:
   int compile(const nlohmann::ordered_json& schema, int depth);
-  void measure();  // fills min_len_
+  void measure();  // fills min_values_
+  const std::string& measure_node(int node);
   std::vector<Node> nodes_;
-  std::vector<int> min_len_;
+  std::vector<std::string> min_values_;
+  std::vector<uint8_t> measured_;
   int longest_min_ = 1;
 };
 
@@ -74,8 +81,6 @@ class JsonState {
   // The shortest bytes that complete the document from here, and their count (cheap).
   std::string shortest_completion() const;
   size_t completion_length() const;
-  // The shortest value of a node (node < 0: any value).
-  std::string minimal_value(int node) const;
   // A compact key of the state (equal keys: the same future).
   std::string key() const;
   // Inside a string, between characters, not after a backslash: a plain ASCII byte changes nothing.
