@@ -59,6 +59,7 @@ struct RunFigures {
   // (model/head_screen.h), in the same order as `decode`.
   std::vector<DecodeFigure> screened;
   GemmFigure gemm;
+  DecodeKernelFigure decode_kernels;  // with the GEMMs (gemm_rows > 0)
 };
 
 // Prefills at every length and decodes at every context, reusing a prefill's sequence when its
@@ -104,7 +105,11 @@ RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengt
   const auto by_context = [](const DecodeFigure& a, const DecodeFigure& b) { return a.context < b.context; };
   std::sort(r.decode.begin(), r.decode.end(), by_context);
   std::sort(r.screened.begin(), r.screened.end(), by_context);  // each at its decode's context + steps
-  if (gemm_rows > 0) r.gemm = bench_quantized_gemms(m, gemm_rows, pool);
+  if (gemm_rows > 0) {
+    r.gemm = bench_quantized_gemms(m, gemm_rows, pool);
+    if (verbose) std::fprintf(stderr, "bench: [%s] decode kernels alone, one thread\n", simd_level_name(simd_level()));
+    r.decode_kernels = bench_decode_kernels(m);
+  }
   return r;
 }
 
@@ -196,6 +201,19 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
     for (const auto& [name, family] : {std::pair{"fp8", &r.gemm.fp8}, std::pair{"fp4", &r.gemm.fp4}})
       j["quantized_gemms"][name] = figure(family->flops, family->seconds, family->flops_per_s());
   }
+  if (r.decode_kernels.fp8.seconds > 0 && r.decode_kernels.fp4.seconds > 0) {
+    // One thread's rate times the threads: what the decode's quantized layers could stream if
+    // nothing else limited them, against the triad (below 1: bound by operations here).
+    j["decode_kernels"] = {{"threads", threads}};
+    for (const auto& [name, f] :
+         {std::pair{"fp8", &r.decode_kernels.fp8}, std::pair{"fp4", &r.decode_kernels.fp4}})
+      j["decode_kernels"][name] = {{"rows", f->rows},
+                                   {"k", f->k},
+                                   {"weight_bytes", f->bytes},
+                                   {"seconds", f->seconds},
+                                   {"bytes_per_s_one_thread", f->bytes_per_s()},
+                                   {"threads_vs_triad", double(threads) * f->bytes_per_s() / triad}};
+  }
   return j;
 }
 
@@ -257,6 +275,20 @@ void print_figures(const char* title, const json& j) {
                 (long long)g["rows"].get<int64_t>(), g["flops_per_s"].get<double>() / 1e9,
                 100.0 * g["efficiency_vs_fma_peak"].get<double>(), g["fp8"]["flops_per_s"].get<double>() / 1e9,
                 g["fp4"]["flops_per_s"].get<double>() / 1e9);
+  }
+  if (j.contains("decode_kernels")) {
+    const auto& k = j["decode_kernels"];
+    const auto& f8 = k["fp8"];
+    const auto& f4 = k["fp4"];
+    const int threads = k["threads"].get<int>();
+    const bool bound = f8["threads_vs_triad"].get<double>() < 1.0 || f4["threads_vs_triad"].get<double>() < 1.0;
+    std::printf("  decode kernels alone, one thread, weights in L2: FP8 %.2f GB/s (%lld x %lld), FP4 %.2f GB/s (%lld x %lld)"
+                " -> x %d threads = %.0f%% / %.0f%% of the triad%s\n",
+                f8["bytes_per_s_one_thread"].get<double>() / 1e9, (long long)f8["rows"].get<int64_t>(),
+                (long long)f8["k"].get<int64_t>(), f4["bytes_per_s_one_thread"].get<double>() / 1e9,
+                (long long)f4["rows"].get<int64_t>(), (long long)f4["k"].get<int64_t>(), threads,
+                100.0 * f8["threads_vs_triad"].get<double>(), 100.0 * f4["threads_vs_triad"].get<double>(),
+                bound ? ": decode is bound by operations there, not memory" : "");
   }
 }
 

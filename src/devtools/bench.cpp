@@ -408,4 +408,82 @@ GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool)
   return g;
 }
 
+
+namespace {
+// Random E4M3 codes without NaN (0x7f / 0xff become 0), or any bytes for FP4, and E8M0 scales near
+// 1 (2^-7 .. 2^0): finite sums, so every row takes the kernels' vector path.
+std::vector<uint8_t> random_weight_bytes(int64_t n, bool e4m3, std::mt19937& rng) {
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (auto& v : out) {
+    v = uint8_t(rng());
+    if (e4m3 && (v & 0x7f) == 0x7f) v = 0;
+  }
+  return out;
+}
+std::vector<uint8_t> random_scales(int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (auto& v : out) v = uint8_t(120 + rng() % 8);
+  return out;
+}
+// The fastest of three passes of at least 0.1 s each of `call` (one decode of `bytes` weight
+// bytes), after one untimed call.
+template <class Call>
+void time_decode_kernel(const Call& call, double bytes, DecodeKernelFigure::Family& f) {
+  call();
+  for (int pass = 0; pass < 3; ++pass) {
+    int64_t calls = 0;
+    const auto t0 = Clock::now();
+    double t = 0;
+    do {
+      call();
+      ++calls;
+    } while ((t = seconds_since(t0)) < 0.1);
+    if (f.seconds == 0 || t / double(calls) < f.seconds) f.seconds = t / double(calls);
+  }
+  f.bytes = bytes;
+}
+}  // namespace
+
+DecodeKernelFigure bench_decode_kernels(const Model& m) {
+  DecodeKernelFigure r;
+  const int64_t K = m.config().dim;
+  if (K % 32 != 0) return r;  // the quantized blocks
+  constexpr int64_t kTargetBytes = 512 << 10;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> x(static_cast<size_t>(K));
+  for (auto& v : x) v = f32_to_bf16(normal(rng));
+  {
+    const int64_t N = std::max<int64_t>(16, kTargetBytes / K / 16 * 16);
+    const std::vector<uint8_t> w = random_weight_bytes(N * K, true, rng), s = random_scales((N / 32 + 1) * (K / 32), rng);
+    Fp8Matrix W{w.data(), s.data(), N, K};
+    std::vector<uint8_t> copy;
+    if (fp8_decode_reads_rows16()) {
+      copy.resize(size_t(fp8_rows16_bytes(W)));
+      pack_fp8_rows16(W, copy.data());
+      W.rows16 = copy.data();
+    }
+    std::vector<uint16_t> y(static_cast<size_t>(N));
+    r.fp8.rows = N;
+    r.fp8.k = K;
+    time_decode_kernel([&] { linear_fp8(x.data(), 1, W, y.data(), nullptr); }, double(N * K), r.fp8);
+  }
+  {
+    const int64_t N = std::max<int64_t>(16, 2 * kTargetBytes / K / 16 * 16);
+    const std::vector<uint8_t> w = random_weight_bytes(N * K / 2, false, rng), s = random_scales(N * (K / 32), rng);
+    Fp4Matrix W{w.data(), s.data(), N, K};
+    std::vector<uint8_t> copy;
+    if (fp4_decode_reads_rows16()) {
+      copy.resize(size_t(fp4_rows16_bytes(W)));
+      pack_fp4_rows16(W, copy.data());
+      W.rows16 = copy.data();
+    }
+    std::vector<uint16_t> y(static_cast<size_t>(N));
+    r.fp4.rows = N;
+    r.fp4.k = K;
+    time_decode_kernel([&] { linear_fp4(x.data(), 1, W, y.data(), nullptr); }, double(N * K / 2), r.fp4);
+  }
+  return r;
+}
+
 }  // namespace ds41

@@ -142,4 +142,21 @@ struct GemmFigure {
 };
 GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool);
 
+// The one-row (decode) FP8 and FP4 kernels alone on one thread, over a random matrix of the
+// model's width K and about 512 KiB of weights (in L2 on current cores, with the rows16 copy the
+// model's matrices have at this level): the weight bytes per second one core's arithmetic
+// decodes, whatever the memory does. Times the threads and against the triad it says whether a
+// decode's quantized layers can stream at memory speed on this machine or are bound by
+// operations (the exact block sums of the AVX2 FP8 decode take ~6.5 vector operations per 8
+// weight bytes).
+struct DecodeKernelFigure {
+  struct Family {
+    int64_t rows = 0, k = 0;
+    double bytes = 0, seconds = 0;  // weight bytes decoded in `seconds` (the fastest of three passes)
+    double bytes_per_s() const { return seconds > 0 ? bytes / seconds : 0; }
+  };
+  Family fp8, fp4;
+};
+DecodeKernelFigure bench_decode_kernels(const Model& m);
+
 }  // namespace ds41

@@ -202,6 +202,27 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
                 1e-12);
   }
   {
+    // The decode kernels alone: matrices of the model's width and ~512 KiB in whole groups of 16
+    // rows, one thread's bytes per second, and that times the threads against the triad.
+    const auto& k = j["figures"]["decode_kernels"];
+    EXPECT_EQ(k["threads"], 2);
+    for (const char* family : {"fp8", "fp4"}) {
+      const auto& f = k[family];
+      const double bytes_per_row = std::string(family) == "fp8" ? 1.0 : 0.5;
+      EXPECT_EQ(f["k"], j["figures"]["decode_kernels"]["fp8"]["k"]) << family;
+      EXPECT_EQ(f["rows"].get<int64_t>() % 16, 0) << family;
+      EXPECT_EQ(f["weight_bytes"].get<double>(), double(f["rows"].get<int64_t>() * f["k"].get<int64_t>()) * bytes_per_row)
+          << family;
+      EXPECT_NEAR(f["weight_bytes"].get<double>(), 512.0 * 1024, 0.1 * 512 * 1024) << family;
+      EXPECT_NEAR(f["bytes_per_s_one_thread"].get<double>() * f["seconds"].get<double>(), f["weight_bytes"].get<double>(),
+                  1e-9 * f["weight_bytes"].get<double>())
+          << family;
+      EXPECT_NEAR(f["threads_vs_triad"].get<double>() * j["machine"]["triad_bytes_per_s"].get<double>(),
+                  2 * f["bytes_per_s_one_thread"].get<double>(), 1e-9 * f["bytes_per_s_one_thread"].get<double>())
+          << family;
+    }
+  }
+  {
     // Huge-page diagnostics: the bytes of the tensors read whole, from the checkpoint itself.
     const TensorStore store = TensorStore::open(dir);
     int64_t streamed = 0;
