@@ -69,6 +69,9 @@ RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengt
                        int64_t triad_bytes, ThreadPool* pool, bool verbose, bool head_screen) {
   RunFigures r;
   std::map<int64_t, bool> decoded;
+  // Passes between paired decode steps: arrays of at most 64 MiB each (past the last-level caches
+  // of current CPUs, a few ms a pass), allocated once.
+  TriadProbe probe(pool, std::min<int64_t>(triad_bytes, int64_t(64) << 20));
   auto decode_from = [&](SequenceState& st) {
     if (verbose) std::fprintf(stderr, "bench: [%s] decode %lld steps at context %lld\n", simd_level_name(simd_level()),
                               (long long)decode_steps, (long long)st.pos);
@@ -83,6 +86,10 @@ RunFigures run_figures(const Model& m, const std::vector<int64_t>& prefill_lengt
     const double beside = measure_triad_bandwidth(pool, triad_bytes, 3);
     r.decode.back().triad_beside = beside;
     if (head_screen) r.screened.back().triad_beside = beside;
+    if (verbose)
+      std::fprintf(stderr, "bench: [%s] decode %lld steps at context %lld, each between two triad passes\n",
+                   simd_level_name(simd_level()), (long long)decode_steps, (long long)st.pos);
+    r.decode.back().paired = bench_decode_paired(m, st, decode_steps, pool, probe);
   };
   for (int64_t len : prefill_lengths) {
     if (verbose) std::fprintf(stderr, "bench: [%s] prefill %lld tokens\n", simd_level_name(simd_level()), (long long)len);
@@ -173,6 +180,23 @@ json figures_json(const RunFigures& r, double triad, double peak, int64_t macs_p
                            {"sampling_share_of_step", d.steps > 0 ? d.sampling_seconds * double(d.steps) / d.seconds : 0.0}});
     if (d.experts_streamed)
       j["decode"].back()["experts_from_disk"] = experts_json(d, d.triad_beside > 0 ? d.triad_beside : triad, disk_bytes_per_s);
+    if (!d.paired.empty()) {
+      json steps = json::array();
+      double lo = d.paired[0].triad_before, hi = lo;
+      for (const DecodeFigure::PairedStep& s : d.paired) {
+        steps.push_back({{"seconds", s.seconds},
+                         {"bytes", s.bytes},
+                         {"triad_before_bytes_per_s", s.triad_before},
+                         {"triad_after_bytes_per_s", s.triad_after},
+                         {"efficiency", s.efficiency()}});
+        lo = std::min({lo, s.triad_before, s.triad_after});
+        hi = std::max({hi, s.triad_before, s.triad_after});
+      }
+      j["decode"].back()["paired_with_triads"] = {{"steps", steps},
+                                                  {"median_efficiency", d.paired_median_efficiency()},
+                                                  {"triad_min_bytes_per_s", lo},
+                                                  {"triad_max_bytes_per_s", hi}};
+    }
     if (i < r.screened.size()) {
       const DecodeFigure& g = r.screened[i];
       j["decode"].back()["greedy_head_screen"] = {
@@ -244,6 +268,13 @@ void print_figures(const char* title, const json& j) {
                 100.0 * d["median_efficiency_vs_bandwidth"].get<double>(), d["triad_beside_bytes_per_s"].get<double>() / 1e9,
                 100.0 * d["efficiency_vs_bandwidth_beside"].get<double>(),
                 100.0 * d["median_efficiency_vs_bandwidth_beside"].get<double>());
+    if (d.contains("paired_with_triads")) {
+      const auto& pt = d["paired_with_triads"];
+      std::printf("                 %zu more steps, each between two triad passes (%.1f-%.1f GB/s): median step %5.1f%% of "
+                  "the bandwidth around it\n",
+                  pt["steps"].size(), pt["triad_min_bytes_per_s"].get<double>() / 1e9,
+                  pt["triad_max_bytes_per_s"].get<double>() / 1e9, 100.0 * pt["median_efficiency"].get<double>());
+    }
     std::printf("                 sampling (temperature 1, every token) on the step's logits: %.3f ms per token = %.1f%% "
                 "of a step\n",
                 1e3 * d["sampling_seconds_per_token"].get<double>(), 100.0 * d["sampling_share_of_step"].get<double>());

@@ -37,41 +37,64 @@ int64_t fp4_macs(const Fp4Matrix& w) { return w.N * w.K; }
 
 }  // namespace
 
-double measure_triad_bandwidth(ThreadPool* pool, int64_t array_bytes, int repeats) {
-  const int64_t n = std::max<int64_t>(array_bytes / 8, 1024);
+struct TriadProbe::Arrays {
+  int64_t n;
   // On huge pages like the weights materialised at load (base/byte_buffer.h): on 4 KiB pages the
   // triad measured 25-35 % less here, a roofline the packed head would have beaten.
-  ByteBuffer a_bytes(size_t(n) * 8), b_bytes(size_t(n) * 8), c_bytes(size_t(n) * 8);
-  double* a = reinterpret_cast<double*>(a_bytes.data());
-  double* b = reinterpret_cast<double*>(b_bytes.data());
-  double* c = reinterpret_cast<double*>(c_bytes.data());
+  ByteBuffer a, b, c;
+  explicit Arrays(int64_t elements) : n(elements), a(size_t(n) * 8), b(size_t(n) * 8), c(size_t(n) * 8) {}
+};
+
+TriadProbe::TriadProbe(ThreadPool* pool, int64_t array_bytes)
+    : pool_(pool), arrays_(new Arrays(std::max<int64_t>(array_bytes / 8, 1024))) {
+  double* a = reinterpret_cast<double*>(arrays_->a.data());
+  double* b = reinterpret_cast<double*>(arrays_->b.data());
+  double* c = reinterpret_cast<double*>(arrays_->c.data());
   // First touch by the threads that will use each part (page placement on NUMA machines).
-  parallel_for(pool, n, [&](int64_t i0, int64_t i1) {
+  parallel_for(pool, arrays_->n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       a[size_t(i)] = 0.0;
       b[size_t(i)] = 1.0;
       c[size_t(i)] = 2.0;
     }
   });
-  const int chunks = pool ? pool->size() : 1;
+}
+
+TriadProbe::~TriadProbe() { delete arrays_; }
+
+double TriadProbe::pass() {
+  const int64_t n = arrays_->n;
+  double* a = reinterpret_cast<double*>(arrays_->a.data());
+  const double* b = reinterpret_cast<const double*>(arrays_->b.data());
+  const double* c = reinterpret_cast<const double*>(arrays_->c.data());
+  const int chunks = pool_ ? pool_->size() : 1;
+  const double s = 3.0 + passes_++ % 8;
+  const auto t0 = Clock::now();
+  parallel_for(pool_, chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t i0 = chunk_begin(n, chunks, ch), i1 = chunk_begin(n, chunks, ch + 1);
+      for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + s * c[i];
+    }
+  });
+  const double t = seconds_since(t0);
+  if (a[size_t(n / 2)] != 1.0 + s * 2.0) throw Error("bench: triad produced a wrong value");
+  return 24.0 * double(n) / t;
+}
+
+double measure_triad_bandwidth(ThreadPool* pool, int64_t array_bytes, int repeats) {
+  TriadProbe probe(pool, array_bytes);
   double best = 0.0;
-  for (int r = 0; r < std::max(repeats, 1); ++r) {
-    const double s = 3.0 + r;
-    const auto t0 = Clock::now();
-    parallel_for(pool, chunks, [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        const int64_t i0 = chunk_begin(n, chunks, ch), i1 = chunk_begin(n, chunks, ch + 1);
-        double* pa = a;
-        const double* pb = b;
-        const double* pc = c;
-        for (int64_t i = i0; i < i1; ++i) pa[i] = pb[i] + s * pc[i];
-      }
-    });
-    const double t = seconds_since(t0);
-    if (a[size_t(n / 2)] != 1.0 + s * 2.0) throw Error("bench: triad produced a wrong value");
-    best = std::max(best, 24.0 * double(n) / t);
-  }
+  for (int r = 0; r < std::max(repeats, 1); ++r) best = std::max(best, probe.pass());
   return best;
+}
+
+double DecodeFigure::paired_median_efficiency() const {
+  if (paired.empty()) return 0;
+  std::vector<double> e;
+  for (const PairedStep& s : paired) e.push_back(s.efficiency());
+  std::sort(e.begin(), e.end());
+  const size_t mid = e.size() / 2;
+  return e.size() % 2 ? e[mid] : 0.5 * (e[mid - 1] + e[mid]);
 }
 
 double measure_fma_peak(ThreadPool* pool, double seconds, SimdLevel level) {
@@ -295,6 +318,38 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
     f.experts = cache->stats();
   }
   return f;
+}
+
+std::vector<DecodeFigure::PairedStep> bench_decode_paired(const Model& m, SequenceState& state, int64_t steps,
+                                                          ThreadPool* pool, TriadProbe& probe) {
+  const ModelConfig& c = m.config();
+  std::vector<DecodeFigure::PairedStep> out;
+  steps = std::min<int64_t>(steps, c.max_seq_len - state.pos);
+  if (steps <= 0) return out;
+  reserve_sequence(state, c, m.plan(), state.pos + steps);
+  std::vector<int> used(m.plan().layers.size(), 0);
+  ForwardHooks hooks;
+  hooks.on_experts = [&](int layer, int, const int32_t* ids, int k) {
+    int distinct = 0;
+    for (int i = 0; i < k; ++i) distinct += std::find(ids, ids + i, ids[i]) == ids + i;
+    used[size_t(layer)] = distinct;
+  };
+  std::vector<float> logits;
+  std::vector<int32_t> token{int32_t(c.bos_token_id)};
+  double before = probe.pass();
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t pos = state.pos;
+    const auto t0 = Clock::now();
+    m.forward_into(logits, state, token, ForwardOptions{}, pool, &hooks);
+    token[0] = argmax_token(logits.data(), c.vocab_size);
+    DecodeFigure::PairedStep s;
+    s.seconds = seconds_since(t0);
+    s.bytes = decode_bytes_per_token(m, used, pos).total();
+    s.triad_before = before;
+    s.triad_after = before = probe.pass();
+    out.push_back(s);
+  }
+  return out;
 }
 
 DiskFigures measure_disk(const std::string& file, const std::vector<int64_t>& random_sizes, int threads, double seconds) {

@@ -24,6 +24,24 @@ class ThreadPool;
 // the write-allocate read of a[] is not counted).
 double measure_triad_bandwidth(ThreadPool* pool, int64_t array_bytes, int repeats);
 
+// The same triad over arrays allocated and first touched once (by the pool's threads, on huge
+// pages like the weights), for passes taken one at a time between other work: pass() times one
+// and returns its bytes/s.
+class TriadProbe {
+ public:
+  TriadProbe(ThreadPool* pool, int64_t array_bytes);
+  ~TriadProbe();
+  TriadProbe(const TriadProbe&) = delete;
+  TriadProbe& operator=(const TriadProbe&) = delete;
+  double pass();
+
+ private:
+  struct Arrays;
+  ThreadPool* pool_;
+  Arrays* arrays_;
+  int passes_ = 0;
+};
+
 // Peak fp32 FMA rate in flop/s at a SIMD level: every thread of the pool runs independent FMA
 // chains at that level's widest vectors (the scalar level has no FMA to measure: `level` Scalar
 // measures at the widest level the CPU supports).
@@ -87,6 +105,18 @@ struct DecodeFigure {
   // cache's counts over the timed steps.
   bool experts_streamed = false;
   ExpertCacheStats experts;
+  // From bench_decode_paired, run after this figure's steps: as many steps again, each between
+  // two triad passes, so that each is measured against the bandwidth of its own moment (on a
+  // shared VM the triad swung 30-60 GB/s within a run, faster than the triad beside a context
+  // follows). Per step its seconds, bytes and the passes before and after it.
+  struct PairedStep {
+    double seconds = 0;
+    int64_t bytes = 0;
+    double triad_before = 0, triad_after = 0;
+    double efficiency() const { return seconds > 0 ? double(bytes) / seconds / (0.5 * (triad_before + triad_after)) : 0; }
+  };
+  std::vector<PairedStep> paired;
+  double paired_median_efficiency() const;
   double tokens_per_s() const { return seconds > 0 ? double(steps) / seconds : 0; }
   double median_tokens_per_s() const { return median_step_seconds > 0 ? 1.0 / median_step_seconds : 0; }
 };
@@ -98,6 +128,10 @@ PrefillFigure bench_prefill(const Model& m, int64_t tokens, ThreadPool* pool, Se
 // head screen (the path greedy generation takes).
 DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, ThreadPool* pool,
                           bool head_screen = false);
+// `steps` more decode steps from `state` with the whole head, each between two passes of `probe`
+// (DecodeFigure::paired).
+std::vector<DecodeFigure::PairedStep> bench_decode_paired(const Model& m, SequenceState& state, int64_t steps,
+                                                          ThreadPool* pool, TriadProbe& probe);
 
 // The disk the checkpoint lies on, read the way the expert cache reads it (io/direct_reader.h:
 // O_DIRECT where allowed, `threads` reads in flight): sequential 4 MiB reads, then random reads of

@@ -167,6 +167,29 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_GT(beside, 1e8);
     EXPECT_NEAR(d["efficiency_vs_bandwidth_beside"].get<double>() * beside, d["bytes_per_s"].get<double>(),
                 1e-9 * d["bytes_per_s"].get<double>());
+    // As many steps again, each between two triad passes (a pass is shared by the steps on its
+    // two sides), each against the mean of its two; the median of the two steps is their mean.
+    ASSERT_TRUE(d.contains("paired_with_triads"));
+    const auto& paired = d["paired_with_triads"];
+    ASSERT_EQ(paired["steps"].size(), 2u);
+    std::vector<double> efficiencies;
+    for (size_t i = 0; i < paired["steps"].size(); ++i) {
+      const auto& s = paired["steps"][i];
+      const double before = s["triad_before_bytes_per_s"].get<double>(), after = s["triad_after_bytes_per_s"].get<double>();
+      EXPECT_GT(before, 1e8);
+      EXPECT_GE(before, paired["triad_min_bytes_per_s"].get<double>());
+      EXPECT_LE(after, paired["triad_max_bytes_per_s"].get<double>());
+      if (i > 0) {
+        EXPECT_EQ(before, paired["steps"][i - 1]["triad_after_bytes_per_s"].get<double>());
+      }
+      EXPECT_GT(s["bytes"].get<int64_t>(), 0);
+      EXPECT_NEAR(s["efficiency"].get<double>(),
+                  double(s["bytes"].get<int64_t>()) / s["seconds"].get<double>() / (0.5 * (before + after)),
+                  1e-9 * s["efficiency"].get<double>());
+      efficiencies.push_back(s["efficiency"].get<double>());
+    }
+    EXPECT_NEAR(paired["median_efficiency"].get<double>(), 0.5 * (efficiencies[0] + efficiencies[1]),
+                1e-12 * efficiencies[0]);
     // The sampler's time on the steps' logits, apart from the steps' own.
     EXPECT_GT(d["sampling_seconds_per_token"].get<double>(), 0.0);
     EXPECT_NEAR(d["sampling_share_of_step"].get<double>() * d["seconds"].get<double>(),
