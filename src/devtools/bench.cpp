@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <sys/resource.h>
+#include <type_traits>
 
 #include "base/byte_buffer.h"
 #include "base/error.h"
@@ -28,6 +29,16 @@ double process_cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// A forward hook keeping, per layer, how many distinct routed experts the last token used (the
+// expert bytes it read).
+auto distinct_experts_into(std::vector<int>& used) {
+  return [&used](int layer, int, const int32_t* ids, int k) {
+    int distinct = 0;
+    for (int i = 0; i < k; ++i) distinct += std::find(ids, ids + i, ids[i]) == ids + i;
+    used[size_t(layer)] = distinct;
+  };
 }
 
 int64_t fp8_bytes(const Fp8Matrix& w) { return w.N * w.K + ((w.N + 31) / 32) * ((w.K + 31) / 32); }
@@ -260,11 +271,7 @@ DecodeFigure bench_decode(const Model& m, SequenceState& state, int64_t steps, T
     screen_outcome = outcome;
     screen_candidates = candidates;
   };
-  hooks.on_experts = [&](int layer, int, const int32_t* ids, int k) {
-    int distinct = 0;
-    for (int i = 0; i < k; ++i) distinct += std::find(ids, ids + i, ids[i]) == ids + i;
-    used[size_t(layer)] = distinct;
-  };
+  hooks.on_experts = distinct_experts_into(used);
   std::vector<float> logits;
   std::vector<int32_t> token{int32_t(c.bos_token_id)};
   DecodeBytes sum;
@@ -329,11 +336,7 @@ std::vector<DecodeFigure::PairedStep> bench_decode_paired(const Model& m, Sequen
   reserve_sequence(state, c, m.plan(), state.pos + steps);
   std::vector<int> used(m.plan().layers.size(), 0);
   ForwardHooks hooks;
-  hooks.on_experts = [&](int layer, int, const int32_t* ids, int k) {
-    int distinct = 0;
-    for (int i = 0; i < k; ++i) distinct += std::find(ids, ids + i, ids[i]) == ids + i;
-    used[size_t(layer)] = distinct;
-  };
+  hooks.on_experts = distinct_experts_into(used);
   std::vector<float> logits;
   std::vector<int32_t> token{int32_t(c.bos_token_id)};
   double before = probe.pass();
@@ -497,47 +500,51 @@ void time_decode_kernel(const Call& call, double bytes, DecodeKernelFigure::Fami
   }
   f.bytes = bytes;
 }
+// One family: a random matrix of about 512 KiB, with the rows16 copy the active level's one-row
+// decode reads, timed on one row.
+template <class Matrix>
+DecodeKernelFigure::Family time_decode_family(const std::vector<uint16_t>& x, int64_t K, std::mt19937& rng) {
+  constexpr bool kFp8 = std::is_same_v<Matrix, Fp8Matrix>;
+  const int64_t row_bytes = kFp8 ? K : K / 2;
+  const int64_t N = std::max<int64_t>(16, (int64_t(512) << 10) / row_bytes / 16 * 16);
+  const std::vector<uint8_t> w = random_weight_bytes(N * row_bytes, kFp8, rng);
+  const std::vector<uint8_t> s = random_scales(kFp8 ? (N / 32 + 1) * (K / 32) : N * (K / 32), rng);
+  Matrix W{w.data(), s.data(), N, K};
+  std::vector<uint8_t> copy;
+  if constexpr (kFp8) {
+    if (fp8_decode_reads_rows16()) {
+      copy.resize(size_t(fp8_rows16_bytes(W)));
+      pack_fp8_rows16(W, copy.data());
+    }
+  } else if (fp4_decode_reads_rows16()) {
+    copy.resize(size_t(fp4_rows16_bytes(W)));
+    pack_fp4_rows16(W, copy.data());
+  }
+  if (!copy.empty()) W.rows16 = copy.data();
+  std::vector<uint16_t> y(static_cast<size_t>(N));
+  DecodeKernelFigure::Family f;
+  f.rows = N;
+  f.k = K;
+  time_decode_kernel(
+      [&] {
+        if constexpr (kFp8) linear_fp8(x.data(), 1, W, y.data(), nullptr);
+        else linear_fp4(x.data(), 1, W, y.data(), nullptr);
+      },
+      double(N * row_bytes), f);
+  return f;
+}
 }  // namespace
 
 DecodeKernelFigure bench_decode_kernels(const Model& m) {
   DecodeKernelFigure r;
   const int64_t K = m.config().dim;
   if (K % 32 != 0) return r;  // the quantized blocks
-  constexpr int64_t kTargetBytes = 512 << 10;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint16_t> x(static_cast<size_t>(K));
   for (auto& v : x) v = f32_to_bf16(normal(rng));
-  {
-    const int64_t N = std::max<int64_t>(16, kTargetBytes / K / 16 * 16);
-    const std::vector<uint8_t> w = random_weight_bytes(N * K, true, rng), s = random_scales((N / 32 + 1) * (K / 32), rng);
-    Fp8Matrix W{w.data(), s.data(), N, K};
-    std::vector<uint8_t> copy;
-    if (fp8_decode_reads_rows16()) {
-      copy.resize(size_t(fp8_rows16_bytes(W)));
-      pack_fp8_rows16(W, copy.data());
-      W.rows16 = copy.data();
-    }
-    std::vector<uint16_t> y(static_cast<size_t>(N));
-    r.fp8.rows = N;
-    r.fp8.k = K;
-    time_decode_kernel([&] { linear_fp8(x.data(), 1, W, y.data(), nullptr); }, double(N * K), r.fp8);
-  }
-  {
-    const int64_t N = std::max<int64_t>(16, 2 * kTargetBytes / K / 16 * 16);
-    const std::vector<uint8_t> w = random_weight_bytes(N * K / 2, false, rng), s = random_scales(N * (K / 32), rng);
-    Fp4Matrix W{w.data(), s.data(), N, K};
-    std::vector<uint8_t> copy;
-    if (fp4_decode_reads_rows16()) {
-      copy.resize(size_t(fp4_rows16_bytes(W)));
-      pack_fp4_rows16(W, copy.data());
-      W.rows16 = copy.data();
-    }
-    std::vector<uint16_t> y(static_cast<size_t>(N));
-    r.fp4.rows = N;
-    r.fp4.k = K;
-    time_decode_kernel([&] { linear_fp4(x.data(), 1, W, y.data(), nullptr); }, double(N * K / 2), r.fp4);
-  }
+  r.fp8 = time_decode_family<Fp8Matrix>(x, K, rng);
+  r.fp4 = time_decode_family<Fp4Matrix>(x, K, rng);
   return r;
 }
 
