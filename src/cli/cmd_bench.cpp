@@ -332,7 +332,7 @@ int cmd_bench(int argc, char** argv) {
              {"model", "DIR", "checkpoint directory", ""},
              {"prefill-lengths", "LIST", "prefill lengths in tokens", "128,512,2048,8192"},
              {"decode-contexts", "LIST", "contexts (tokens already in the sequence) to decode at", "0,2048,8192"},
-             {"decode-tokens", "N", "decode steps timed at each context", "16"},
+             {"decode-tokens", "N", "decode steps timed at each context (run three times: whole head, greedy head screen, each step between triad passes)", "16"},
              {"gemm-rows", "N", "activation rows of the FP8/FP4 GEMM measurement (0 = skip)", "512"},
              {"triad-mb", "N", "size of each STREAM triad array in MiB", "256"},
              {"no-scalar", "", "skip the scalar-kernel comparison", ""},
