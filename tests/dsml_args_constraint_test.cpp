@@ -56,8 +56,12 @@ void expect_valid_call(const std::string& args) {
   ASSERT_TRUE(a.is_object()) << r.tool_calls[0].arguments;
   EXPECT_TRUE(a.contains("city") && a["city"].is_string()) << a.dump();
   EXPECT_TRUE(a.contains("days") && a["days"].is_number_integer()) << a.dump();
-  if (a.contains("units")) EXPECT_TRUE(a["units"] == "c" || a["units"] == "f") << a.dump();
-  if (a.contains("hours")) EXPECT_TRUE(a["hours"].is_array()) << a.dump();
+  if (a.contains("units")) {
+    EXPECT_TRUE(a["units"] == "c" || a["units"] == "f") << a.dump();
+  }
+  if (a.contains("hours")) {
+    EXPECT_TRUE(a["hours"].is_array()) << a.dump();
+  }
 }
 
 TEST(DsmlArgsConstraint, WrittenParametersAgainstTheSchema) {
@@ -76,6 +80,15 @@ TEST(DsmlArgsConstraint, WrittenParametersAgainstTheSchema) {
   EXPECT_TRUE(half.step("<｜DSML｜ parameter name=\"city\" string=\"true\">a</\xEF\xBC"));
   EXPECT_FALSE(half.step("x")) << "'x' inside a 3-byte character";
   EXPECT_THROW(DsmlArgsSchema::from_parameters(json::parse(R"({"properties": {"x": {"type": "string", "pattern": "a"}}})")), Error);
+  // The object schema itself is checked as a response_format schema is: a `required` that is not
+  // an array, an unsupported keyword beside `properties`, a non-object type are refused (not
+  // ignored); descriptive keywords such as additionalProperties pass.
+  for (const char* bad : {R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": "x"})",
+                          R"({"type": "object", "properties": {"x": {"type": "integer"}}, "patternProperties": {}})",
+                          R"({"type": "object", "properties": []})", R"({"type": "string"})"})
+    EXPECT_THROW(DsmlArgsSchema::from_parameters(json::parse(bad)), Error) << bad;
+  EXPECT_NO_THROW(DsmlArgsSchema::from_parameters(json::parse(
+      R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"], "additionalProperties": false})")));
 }
 
 TEST(DsmlArgsConstraint, ShortestCompletionFromEveryPrefixIsAValidCall) {

@@ -21,14 +21,15 @@ const std::string kNewline = "\n";
 std::shared_ptr<const DsmlArgsSchema> DsmlArgsSchema::from_parameters(const json& parameters) {
   auto out = std::make_shared<DsmlArgsSchema>();
   if (!parameters.is_object()) throw Error("the function's parameters must be a JSON schema object");
+  if (parameters.contains("type") && parameters["type"] != json("object"))
+    throw Error("the function's parameters must be an object schema (type \"object\")");
+  // The whole object schema through the JSON grammar's checks (every keyword, `properties` an
+  // object within the bound, `required` an array of names), as response_format schemas are.
+  JsonGrammar::from_schema(parameters);
   if (!parameters.contains("properties")) return out;  // no parameters
   const json& props = parameters["properties"];
-  if (!props.is_object()) throw Error("the function's parameters.properties must be an object");
-  if (props.size() > kMaxAlternatives)
-    throw Error("the function has " + std::to_string(props.size()) + " parameters (at most " +
-                std::to_string(kMaxAlternatives) + ")");
   std::vector<std::string> required;
-  if (parameters.contains("required") && parameters["required"].is_array())
+  if (parameters.contains("required"))
     for (const json& r : parameters["required"])
       if (r.is_string()) required.push_back(r.get<std::string>());
   for (auto it = props.begin(); it != props.end(); ++it) {
