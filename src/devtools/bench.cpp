@@ -57,7 +57,7 @@ struct TriadProbe::Arrays {
 };
 
 TriadProbe::TriadProbe(ThreadPool* pool, int64_t array_bytes)
-    : pool_(pool), arrays_(new Arrays(std::max<int64_t>(array_bytes / 8, 1024))) {
+    : pool_(pool), arrays_(std::make_unique<Arrays>(std::max<int64_t>(array_bytes / 8, 1024))) {
   double* a = reinterpret_cast<double*>(arrays_->a.data());
   double* b = reinterpret_cast<double*>(arrays_->b.data());
   double* c = reinterpret_cast<double*>(arrays_->c.data());
@@ -71,7 +71,7 @@ TriadProbe::TriadProbe(ThreadPool* pool, int64_t array_bytes)
   });
 }
 
-TriadProbe::~TriadProbe() { delete arrays_; }
+TriadProbe::~TriadProbe() = default;  // here, where Arrays is complete
 
 double TriadProbe::pass() {
   const int64_t n = arrays_->n;

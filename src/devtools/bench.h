@@ -10,6 +10,7 @@
 #include "kernels/simd_level.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,7 @@ class TriadProbe {
  private:
   struct Arrays;
   ThreadPool* pool_;
-  Arrays* arrays_;
+  std::unique_ptr<Arrays> arrays_;
   int passes_ = 0;
 };
 
