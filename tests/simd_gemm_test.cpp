@@ -379,6 +379,74 @@ TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
   }
 }
 
+// Sets subnormal_inputs_slow() for a scope (both answers give the same bits; the tests run each).
+class ScopedSubnormalInputs {
+ public:
+  explicit ScopedSubnormalInputs(bool slow) : previous_(subnormal_inputs_slow()) { set_subnormal_inputs_slow(slow); }
+  ~ScopedSubnormalInputs() { set_subnormal_inputs_slow(previous_); }
+  ScopedSubnormalInputs(const ScopedSubnormalInputs&) = delete;
+  ScopedSubnormalInputs& operator=(const ScopedSubnormalInputs&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// The AVX2 FP8 decode's two ways with subnormal weight codes (simd_gemm_fp8.inc): with
+// subnormal_inputs_slow() off every block takes the fp32 decode, with it on the blocks holding a
+// subnormal code take the F16C one (in the copy kernel by the copy's flags, in the row kernels by a
+// check per pass). Weights without subnormals except in some blocks (one code of 1..7, either sign,
+// at a random place; NaN codes in some such blocks too), so both ways alternate within a row and
+// a group; ragged N (rows outside the copy's groups), K of 1 to 129 blocks (tails of the 4-block
+// passes); 1-4 activation rows with and without the copy: the twin's bits at every level, each way.
+TEST(SimdGemm, Fp8DecodeSubnormalWaysMatchTwin) {
+  std::mt19937 rng(33);
+  for (const int64_t K : {int64_t{32}, int64_t{160}, int64_t{1024}, int64_t{4128}}) {
+    const int64_t N = 83, KB = K / 32;
+    std::vector<uint8_t> w = random_e4m3(N * K, rng);
+    for (uint8_t& c : w)
+      if ((c & 0x78) == 0 && (c & 7) != 0) c = uint8_t((c & 0x80) | 0x38);  // subnormals -> +-1.0
+    std::uniform_int_distribution<int> pick(0, 4), code(1, 7), at(0, 31);
+    int64_t flagged = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t b = 0; b < KB; ++b)
+        if (pick(rng) == 0) {
+          w[size_t(n * K + b * 32 + at(rng))] = uint8_t(code(rng) | (rng() & 0x80));
+          if (pick(rng) == 0) w[size_t(n * K + b * 32 + at(rng))] = (rng() & 1) ? 0x7f : 0xff;
+          ++flagged;
+        }
+    ASSERT_GT(flagged, 0);
+    const std::vector<uint8_t> scale = random_scales(((N + 31) / 32) * KB, rng);
+    const std::vector<uint16_t> x = random_bf16(4 * K, rng);
+    std::vector<uint16_t> twin(size_t(4 * N));
+    Fp8Matrix W{w.data(), scale.data(), N, K};
+    linear_fp8_reference(x.data(), 4, W, twin.data());
+    std::vector<uint8_t> copy(size_t(fp8_rows16_bytes(W)));
+    pack_fp8_rows16(W, copy.data());
+    for (SimdLevel l : supported_simd_levels()) {
+      ScopedSimdLevel level(l);
+      for (const bool slow : {false, true}) {
+        ScopedSubnormalInputs inputs(slow);
+        const std::string what = std::string(simd_level_name(l)) + (slow ? " slow" : " fast") +
+                                 " subnormal inputs, K=" + std::to_string(K);
+        W.rows16 = nullptr;
+        expect_linear_rows_match_twin(x, W, twin, what + " rows");
+        W.rows16 = copy.data();
+        expect_linear_rows_match_twin(x, W, twin, what + " rows16 copy");
+      }
+    }
+  }
+}
+
+// subnormal_inputs_slow() answers what it was set to.
+TEST(SimdLevel, SubnormalInputsCanBeSet) {
+  const bool before = subnormal_inputs_slow();
+  set_subnormal_inputs_slow(true);
+  EXPECT_TRUE(subnormal_inputs_slow());
+  set_subnormal_inputs_slow(false);
+  EXPECT_FALSE(subnormal_inputs_slow());
+  set_subnormal_inputs_slow(before);
+}
+
 // The rows16 layout (gemm.h) of a matrix of `row_bytes` bytes a row whose 32-column blocks take
 // block_row_bytes of them (32 codes FP8, 16 bytes FP4): pack(out) must write, for each group of
 // 16 rows and block b, the block's 16 x block_row_bytes bytes at (g / 16 * blocks + b) * 16 *
@@ -387,7 +455,8 @@ template <class Pack>
 void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_bytes, int64_t block_row_bytes,
                           int64_t copy_bytes, const Pack& pack, const std::string& what) {
   const int64_t blocks = row_bytes / block_row_bytes;
-  ASSERT_EQ(copy_bytes, N / 16 * 16 * row_bytes) << what;
+  const bool fp8 = block_row_bytes == 32;  // its copy ends with a flag byte per group and block
+  ASSERT_EQ(copy_bytes, N / 16 * 16 * row_bytes + (fp8 ? N / 16 * blocks : 0)) << what;
   std::vector<uint8_t> out(size_t(copy_bytes) + 1, 0xa5);
   pack(out.data());
   for (int64_t g = 0; g + 16 <= N; g += 16)
@@ -398,6 +467,18 @@ void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_
             ASSERT_EQ(out[size_t((g / 16 * blocks + b) * 16 * block_row_bytes + 64 * d + 4 * l + j)],
                       w[size_t((g + l) * row_bytes + block_row_bytes * b + 4 * d + j)])
                 << what << " g=" << g << " b=" << b << " d=" << d << " l=" << l;
+  if (fp8)
+    for (int64_t g = 0; g + 16 <= N; g += 16)
+      for (int64_t b = 0; b < blocks; ++b) {
+        bool subnormal = false;
+        for (int64_t l = 0; l < 16; ++l)
+          for (int64_t k = 0; k < 32; ++k) {
+            const uint8_t c = w[size_t((g + l) * row_bytes + 32 * b + k)] & 0x7f;
+            subnormal |= c >= 1 && c <= 7;
+          }
+        ASSERT_EQ(out[size_t(N / 16 * 16 * row_bytes + g / 16 * blocks + b)], subnormal ? 1 : 0)
+            << what << " flag of g=" << g << " b=" << b;
+      }
   EXPECT_EQ(out.back(), 0xa5) << what << ": wrote past the copy's size";
 }
 
@@ -408,7 +489,11 @@ TEST(SimdGemm, Rows16LayoutIsTheDefinition) {
   std::mt19937 rng(21);
   for (const auto& [N, K] : {std::pair<int64_t, int64_t>{16, 32}, {37, 96}, {64, 256}, {15, 64}}) {
     const std::string what = "N=" + std::to_string(N) + " K=" + std::to_string(K);
-    const std::vector<uint8_t> w8 = random_bytes(N * K, rng), w4 = random_bytes(N * K / 2, rng);
+    std::vector<uint8_t> w8 = random_bytes(N * K, rng);
+    const std::vector<uint8_t> w4 = random_bytes(N * K / 2, rng);
+    for (int64_t n = 0; n < N; ++n)  // half the groups' blocks without subnormal codes (flag 0)
+      for (int64_t k = 0; k < K; ++k)
+        if ((n / 16 + k / 32) % 2 == 0 && (w8[size_t(n * K + k)] & 0x78) == 0) w8[size_t(n * K + k)] &= 0x80;
     const Fp8Matrix W8{w8.data(), nullptr, N, K};
     const Fp4Matrix W4{w4.data(), nullptr, N, K};
     expect_rows16_layout(w8, N, K, 32, fp8_rows16_bytes(W8), [&](uint8_t* out) { pack_fp8_rows16(W8, out); },

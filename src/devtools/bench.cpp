@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -468,14 +469,30 @@ GemmFigure bench_quantized_gemms(const Model& m, int64_t rows, ThreadPool* pool)
 
 
 namespace {
-// Random E4M3 codes without NaN (0x7f / 0xff become 0), or any bytes for FP4, and E8M0 scales near
-// 1 (2^-7 .. 2^0): finite sums, so every row takes the kernels' vector path.
-std::vector<uint8_t> random_weight_bytes(int64_t n, bool e4m3, std::mt19937& rng) {
-  std::vector<uint8_t> out(static_cast<size_t>(n));
-  for (auto& v : out) {
-    v = uint8_t(rng());
-    if (e4m3 && (v & 0x7f) == 0x7f) v = 0;
+// FP8: normal draws quantized as a checkpoint's weights are (each 32 x 32 block divided by the
+// power of two that brings its largest magnitude to at most 448, then rounded to E4M3), so that
+// the codes' spread, subnormals included (~0.01 %), is a real matrix's: uniform random bytes would
+// hold 5 % subnormal codes, which only the decode's slow path for them sees (simd_gemm_fp8.inc).
+// FP4: any bytes (every E2M1 code is a weight's). With E8M0 scales near 1 (2^-7 .. 2^0) the sums
+// are finite, so every row takes the kernels' vector path.
+std::vector<uint8_t> random_weight_bytes(int64_t rows, int64_t row_bytes, bool e4m3, std::mt19937& rng) {
+  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes));
+  if (!e4m3) {
+    for (auto& v : out) v = uint8_t(rng());
+    return out;
   }
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> block(32 * 32);
+  for (int64_t r0 = 0; r0 < rows; r0 += 32)
+    for (int64_t k0 = 0; k0 < row_bytes; k0 += 32) {
+      const int64_t nr = std::min<int64_t>(32, rows - r0), nk = std::min<int64_t>(32, row_bytes - k0);
+      float largest = 0;
+      for (int64_t i = 0; i < nr * nk; ++i) largest = std::max(largest, std::abs(block[size_t(i)] = normal(rng)));
+      const float scale = std::exp2(std::ceil(std::log2(largest / 448.0f)));
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t k = 0; k < nk; ++k)
+          out[size_t((r0 + r) * row_bytes + k0 + k)] = f32_to_e4m3(block[size_t(r * nk + k)] / scale);
+    }
   return out;
 }
 std::vector<uint8_t> random_scales(int64_t n, std::mt19937& rng) {
@@ -500,14 +517,14 @@ void time_decode_kernel(const Call& call, double bytes, DecodeKernelFigure::Fami
   }
   f.bytes = bytes;
 }
-// One family: a random matrix of about 512 KiB, with the rows16 copy the active level's one-row
-// decode reads, timed on one row.
+// One family: a random matrix of about 512 KiB (random_weight_bytes), with the rows16 copy the
+// active level's one-row decode reads, timed on one row.
 template <class Matrix>
 DecodeKernelFigure::Family time_decode_family(const std::vector<uint16_t>& x, int64_t K, std::mt19937& rng) {
   constexpr bool kFp8 = std::is_same_v<Matrix, Fp8Matrix>;
   const int64_t row_bytes = kFp8 ? K : K / 2;
   const int64_t N = std::max<int64_t>(16, (int64_t(512) << 10) / row_bytes / 16 * 16);
-  const std::vector<uint8_t> w = random_weight_bytes(N * row_bytes, kFp8, rng);
+  const std::vector<uint8_t> w = random_weight_bytes(N, row_bytes, kFp8, rng);
   const std::vector<uint8_t> s = random_scales(kFp8 ? (N / 32 + 1) * (K / 32) : N * (K / 32), rng);
   Matrix W{w.data(), s.data(), N, K};
   std::vector<uint8_t> copy;

@@ -47,8 +47,15 @@ struct Fp8Matrix {
 // bytes at (g / 16 * K / 32 + b) * 512 whose bytes 64 d + 4 l .. 64 d + 4 l + 3 are row g + l's codes
 // 32 b + 4 d .. 32 b + 4 d + 3 (d < 8, l < 16): a group's blocks in k order, the groups in row order.
 inline constexpr int64_t kFp8Rows16BlockBytes = 512;
-// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K.
-inline int64_t fp8_rows16_bytes(const Fp8Matrix& W) { return W.N / 16 * 16 * W.K; }
+// After the codes, one byte per group and block (same order): 1 where the block holds an E4M3
+// subnormal code (magnitude 1..7), else 0. The AVX2 decode sends those blocks down a path with no
+// fp32 subnormal (subnormal_inputs_slow(), simd_level.h); realistic weights have few of them.
+inline int64_t fp8_rows16_code_bytes(const Fp8Matrix& W) { return W.N / 16 * 16 * W.K; }
+inline const uint8_t* fp8_rows16_subnormal_blocks(const Fp8Matrix& W) {
+  return W.rows16 + fp8_rows16_code_bytes(W);
+}
+// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K, then the flags.
+inline int64_t fp8_rows16_bytes(const Fp8Matrix& W) { return fp8_rows16_code_bytes(W) + W.N / 16 * (W.K / 32); }
 // Writes W's rows16 copy into `out` (fp8_rows16_bytes(W) bytes); K must be a multiple of 32.
 void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out);
 // Whether the active kernels' one-row FP8 decode reads a rows16 copy (the avx512vbmi and amx

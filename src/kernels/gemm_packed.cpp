@@ -177,6 +177,15 @@ void pack_rows16(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out) {
 void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out) {
   if (W.K % kBlock != 0) throw Error("pack_fp8_rows16: K = " + std::to_string(W.K) + " is not a multiple of 32");
   pack_rows16(W.w, W.N, W.K, out);
+  uint8_t* flags = out + fp8_rows16_code_bytes(W);
+  const int64_t KB = W.K / kBlock;
+  for (int64_t g = 0; g + 16 <= W.N; g += 16)
+    for (int64_t b = 0; b < KB; ++b) {
+      const uint8_t* block = out + (g / 16 * KB + b) * kFp8Rows16BlockBytes;
+      uint8_t any = 0;
+      for (int64_t i = 0; i < kFp8Rows16BlockBytes; ++i) any |= uint8_t(uint8_t((block[i] & 0x7f) - 1) < 7);  // 1..7, not 0
+      flags[g / 16 * KB + b] = any;
+    }
 }
 
 void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out) {

@@ -102,6 +102,36 @@ SimdLevel set_simd_level(SimdLevel level) {
   return chosen;
 }
 
+namespace {
+constexpr int kSubnormalUnset = -1;
+std::atomic<int> g_subnormal_slow{kSubnormalUnset};
+
+bool cpu_vendor_is_amd() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+bool subnormal_inputs_slow() {
+  int slow = g_subnormal_slow.load(std::memory_order_relaxed);
+  if (slow != kSubnormalUnset) return slow != 0;
+  slow = !cpu_vendor_is_amd();
+  if (const char* env = std::getenv("DS41_SUBNORMAL_INPUTS"); env && *env && std::string_view(env) != "auto") {
+    if (std::string_view(env) == "slow") slow = 1;
+    else if (std::string_view(env) == "fast") slow = 0;
+    else throw Error(std::string("DS41_SUBNORMAL_INPUTS=") + env + ": unknown value (use slow, fast or auto)");
+  }
+  g_subnormal_slow.store(slow, std::memory_order_relaxed);
+  return slow != 0;
+}
+
+void set_subnormal_inputs_slow(bool slow) { g_subnormal_slow.store(slow ? 1 : 0, std::memory_order_relaxed); }
+
 const char* simd_level_name(SimdLevel level) {
   switch (level) {
     case SimdLevel::Scalar: return "scalar";

@@ -36,6 +36,16 @@ SimdLevel set_simd_level(SimdLevel level);
 const char* simd_level_name(SimdLevel level);
 std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx512", "avx512vbmi", "amx"
 
+// Whether fp32 arithmetic with a subnormal operand is slow on this CPU: Intel cores take a
+// microcode assist for every multiply or FMA with a subnormal input (measured on a Xeon at the
+// avx2 level: the FP8 one-row decode over weights with 5 % subnormal E4M3 codes at 0.29 GB/s
+// instead of 10.6); AMD's Zen cores do not. The AVX2 FP8 decode then keeps subnormal weight codes
+// out of fp32 (simd_gemm_fp8.inc). The answer never changes a result, only which exact path runs.
+// Default: true unless the CPU vendor is AMD; DS41_SUBNORMAL_INPUTS=slow|fast overrides it (an
+// unknown value throws ds41::Error on first use), set_subnormal_inputs_slow() too (tests, bench).
+bool subnormal_inputs_slow();
+void set_subnormal_inputs_slow(bool slow);
+
 // Sets a level for a scope and restores the previous one (tests, bench).
 class ScopedSimdLevel {
  public:

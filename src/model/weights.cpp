@@ -363,7 +363,7 @@ int64_t fp8_decode_copy_bytes(const TensorStore& store) {
   for (const TensorInfo& t : store.tensors())
     if (t.dtype == DType::F8_E4M3 && weight_use(t.name) == WeightUse::Always &&
         t.name.find(".attn.wo_a.") == std::string::npos)
-      bytes += int64_t(t.nbytes);
+      bytes += int64_t(t.nbytes) + int64_t(t.nbytes) / 512;  // the codes, then a flag per 16 x 32 block
   return bytes;
 }
 

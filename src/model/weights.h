@@ -223,8 +223,8 @@ struct DecodeCopies {
 };
 DecodeCopies plan_decode_copies(const std::string& mode, int64_t fp8_bytes, int64_t fp4_bytes, int64_t streamed_bytes,
                                 int64_t ram_bytes);
-// Bytes of the FP8 weights that would get rows16 copies: every token's FP8 matrices except wo_a
-// (read as bf16 values).
+// Bytes of the rows16 copies of the FP8 weights that would get them: every token's FP8 matrices
+// except wo_a (read as bf16 values), each at most its bytes plus a flag byte per 512.
 int64_t fp8_decode_copy_bytes(const TensorStore& store);
 // Bytes of the FP4 weights (the experts, routed and the draft head's) that would get rows16 copies.
 int64_t fp4_decode_copy_bytes(const TensorStore& store);
