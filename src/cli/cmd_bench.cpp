@@ -457,6 +457,7 @@ int cmd_bench(int argc, char** argv) {
   if (!parallel.is_null()) out["expert_parallel"] = parallel;
   out["threads"] = pool.size();
   out["simd_level"] = simd_level_name(simd_level());
+  out["subnormal_inputs_slow"] = subnormal_inputs_slow();
   out["machine"] = {{"triad_bytes_per_s", triad},
                     {"fma_peak_flops", peak},
                     {"fma_peak_level", simd_level_name(peak_level)},
@@ -511,7 +512,10 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("ds41 bench: %s, %d threads, kernels %s\n", dir.c_str(), pool.size(), simd_level_name(simd_level()));
+  std::printf("ds41 bench: %s, %d threads, kernels %s%s\n", dir.c_str(), pool.size(), simd_level_name(simd_level()),
+              simd_level() == SimdLevel::Avx2 && subnormal_inputs_slow()
+                  ? " (fp32 subnormal inputs slow here: FP8 decode blocks holding subnormal codes take the F16C path)"
+                  : "");
   std::printf("  memory bandwidth (STREAM triad): %.2f GB/s    FMA peak (fp32, %s): %.1f GFLOP/s", triad / 1e9,
               simd_level_name(peak_level), peak / 1e9);
   if (peak_level != simd_level_supported())

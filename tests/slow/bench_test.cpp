@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "io/safetensors.h"
 #include "kernels/gemm.h"
+#include "kernels/simd_level.h"
 #include "devtools/bench.h"
 #include "test_paths.h"
 #include "../tiny_model.h"
@@ -136,6 +137,7 @@ TEST(Bench, CommandReportsEveryFigureAsJson) {
     EXPECT_EQ(j["machine"]["fma_peak_level"], j["simd_level"]);
   }
   EXPECT_GT(j["machine"]["cpu_fma_peak_flops"].get<double>(), 1e8);
+  EXPECT_EQ(j["subnormal_inputs_slow"], subnormal_inputs_slow());  // this process's answer is the command's
   EXPECT_GT(j["load_seconds"].get<double>(), 0.0);
   EXPECT_GT(j["head_screen_build_seconds"].get<double>(), 0.0);  // the tiny head has a screen
   ASSERT_EQ(j["figures"]["prefill"].size(), 2u);
