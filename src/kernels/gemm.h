@@ -58,8 +58,8 @@ inline const uint8_t* fp8_rows16_subnormal_blocks(const Fp8Matrix& W) {
 inline int64_t fp8_rows16_bytes(const Fp8Matrix& W) { return fp8_rows16_code_bytes(W) + W.N / 16 * (W.K / 32); }
 // Writes W's rows16 copy into `out` (fp8_rows16_bytes(W) bytes); K must be a multiple of 32.
 void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out);
-// Whether the active kernels' one-row FP8 decode reads a rows16 copy (the avx512vbmi and amx
-// levels): where it does not, a copy would only cost memory.
+// Whether the active kernels' one-row FP8 decode reads a rows16 copy (every SIMD level, not the
+// scalar one): where it does not, a copy would only cost memory.
 bool fp8_decode_reads_rows16();
 
 // E2M1 weight packed [N, K/2] (low nibble = even k) with E8M0 scales [N, K/32] (§2.1).

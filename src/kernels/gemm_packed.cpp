@@ -195,7 +195,7 @@ void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out) {
 
 bool fp8_decode_reads_rows16() {
   const simd::KernelTable* kt = simd::active_kernels();
-  return kt && kt->fp8_decode_rows16;  // the AVX2 and VBMI one-row decodes
+  return kt && kt->fp8_decode_rows16;  // the copy kernels (AVX2 and avx512, VBMI)
 }
 
 bool fp4_decode_reads_rows16() {

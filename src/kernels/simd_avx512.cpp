@@ -62,7 +62,6 @@ constexpr KernelTable kTableVbmi = [] {
   t.level = SimdLevel::Avx512Vbmi;
   t.fp8 = fp8_kernel_vbmi;
   t.prepare_fp8_digits = prepare_fp8_digits;
-  t.fp8_decode_rows16 = true;
   return t;
 }();
 // The VBMI kernels plus AMX tiles for the FP8 and FP4 prefill products (simd_amx.inc).
