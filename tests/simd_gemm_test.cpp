@@ -379,18 +379,6 @@ TEST(SimdGemm, Fp8DecodeFromRows16CopyMatchesTwin) {
   }
 }
 
-// Sets subnormal_inputs_slow() for a scope (both answers give the same bits; the tests run each).
-class ScopedSubnormalInputs {
- public:
-  explicit ScopedSubnormalInputs(bool slow) : previous_(subnormal_inputs_slow()) { set_subnormal_inputs_slow(slow); }
-  ~ScopedSubnormalInputs() { set_subnormal_inputs_slow(previous_); }
-  ScopedSubnormalInputs(const ScopedSubnormalInputs&) = delete;
-  ScopedSubnormalInputs& operator=(const ScopedSubnormalInputs&) = delete;
-
- private:
-  bool previous_;
-};
-
 // The AVX2 FP8 decode's two ways with subnormal weight codes (simd_gemm_fp8.inc): with
 // subnormal_inputs_slow() off every block takes the fp32 decode, with it on the blocks holding a
 // subnormal code take the F16C one (in the copy kernel by the copy's flags, in the row kernels by a
@@ -437,14 +425,16 @@ TEST(SimdGemm, Fp8DecodeSubnormalWaysMatchTwin) {
   }
 }
 
-// subnormal_inputs_slow() answers what it was set to.
+// subnormal_inputs_slow() answers what it was set to, and a scope restores the answer before it.
 TEST(SimdLevel, SubnormalInputsCanBeSet) {
   const bool before = subnormal_inputs_slow();
-  set_subnormal_inputs_slow(true);
-  EXPECT_TRUE(subnormal_inputs_slow());
-  set_subnormal_inputs_slow(false);
-  EXPECT_FALSE(subnormal_inputs_slow());
-  set_subnormal_inputs_slow(before);
+  {
+    ScopedSubnormalInputs slow(true);
+    EXPECT_TRUE(subnormal_inputs_slow());
+    set_subnormal_inputs_slow(false);
+    EXPECT_FALSE(subnormal_inputs_slow());
+  }
+  EXPECT_EQ(subnormal_inputs_slow(), before);
 }
 
 // The rows16 layout (gemm.h) of a matrix of `row_bytes` bytes a row whose 32-column blocks take

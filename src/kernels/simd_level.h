@@ -46,6 +46,18 @@ std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", 
 bool subnormal_inputs_slow();
 void set_subnormal_inputs_slow(bool slow);
 
+// Sets subnormal_inputs_slow() for a scope and restores the previous answer (tests).
+class ScopedSubnormalInputs {
+ public:
+  explicit ScopedSubnormalInputs(bool slow) : previous_(subnormal_inputs_slow()) { set_subnormal_inputs_slow(slow); }
+  ~ScopedSubnormalInputs() { set_subnormal_inputs_slow(previous_); }
+  ScopedSubnormalInputs(const ScopedSubnormalInputs&) = delete;
+  ScopedSubnormalInputs& operator=(const ScopedSubnormalInputs&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Sets a level for a scope and restores the previous one (tests, bench).
 class ScopedSimdLevel {
  public:
