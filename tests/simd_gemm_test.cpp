@@ -425,8 +425,13 @@ TEST(SimdGemm, Fp8DecodeSubnormalWaysMatchTwin) {
   }
 }
 
-// subnormal_inputs_slow() answers what it was set to, and a scope restores the answer before it.
+// subnormal_inputs_slow() answers what it was set to, and a scope restores the answer before it;
+// DS41_SUBNORMAL_INPUTS's values (auto is neither: the CPU decides).
 TEST(SimdLevel, SubnormalInputsCanBeSet) {
+  EXPECT_EQ(parse_subnormal_inputs("slow"), std::optional<bool>(true));
+  EXPECT_EQ(parse_subnormal_inputs("fast"), std::optional<bool>(false));
+  EXPECT_FALSE(parse_subnormal_inputs("auto").has_value());
+  EXPECT_FALSE(parse_subnormal_inputs("Slow").has_value());
   const bool before = subnormal_inputs_slow();
   {
     ScopedSubnormalInputs slow(true);

@@ -92,6 +92,7 @@ SimdLevel simd_level() {
       throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx512, avx512vbmi, amx or auto)");
     chosen = cap(*parsed);
   }
+  subnormal_inputs_slow();  // DS41_SUBNORMAL_INPUTS is read (and a bad value refused) here too
   g_level.store(static_cast<int>(chosen), std::memory_order_relaxed);
   return chosen;
 }
@@ -121,13 +122,20 @@ bool subnormal_inputs_slow() {
   int slow = g_subnormal_slow.load(std::memory_order_relaxed);
   if (slow != kSubnormalUnset) return slow != 0;
   slow = !cpu_vendor_is_amd();
-  if (const char* env = std::getenv("DS41_SUBNORMAL_INPUTS"); env && *env && std::string_view(env) != "auto") {
-    if (std::string_view(env) == "slow") slow = 1;
-    else if (std::string_view(env) == "fast") slow = 0;
-    else throw Error(std::string("DS41_SUBNORMAL_INPUTS=") + env + ": unknown value (use slow, fast or auto)");
+  if (const char* env = std::getenv("DS41_SUBNORMAL_INPUTS"); env && *env) {
+    const std::optional<bool> parsed = parse_subnormal_inputs(env);
+    if (!parsed && std::string_view(env) != "auto")
+      throw Error(std::string("DS41_SUBNORMAL_INPUTS=") + env + ": unknown value (use slow, fast or auto)");
+    if (parsed) slow = *parsed;
   }
   g_subnormal_slow.store(slow, std::memory_order_relaxed);
   return slow != 0;
+}
+
+std::optional<bool> parse_subnormal_inputs(std::string_view name) {
+  if (name == "slow") return true;
+  if (name == "fast") return false;
+  return std::nullopt;
 }
 
 void set_subnormal_inputs_slow(bool slow) { g_subnormal_slow.store(slow ? 1 : 0, std::memory_order_relaxed); }

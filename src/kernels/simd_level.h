@@ -42,8 +42,10 @@ std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", 
 // instead of 10.6); AMD's Zen cores do not. The AVX2 FP8 decode then keeps subnormal weight codes
 // out of fp32 (simd_gemm_fp8.inc). The answer never changes a result, only which exact path runs.
 // Default: true unless the CPU vendor is AMD; DS41_SUBNORMAL_INPUTS=slow|fast overrides it (an
-// unknown value throws ds41::Error on first use), set_subnormal_inputs_slow() too (tests, bench).
+// unknown value throws ds41::Error on first use, of this or of simd_level()),
+// set_subnormal_inputs_slow() too (tests, bench).
 bool subnormal_inputs_slow();
+std::optional<bool> parse_subnormal_inputs(std::string_view name);  // "slow" -> true, "fast" -> false
 void set_subnormal_inputs_slow(bool slow);
 
 // Sets subnormal_inputs_slow() for a scope and restores the previous answer (tests).

@@ -121,6 +121,24 @@ TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
   EXPECT_NE(h.out.find("--threads"), std::string::npos);
 }
 
+// The kernel switches of the environment (DS41_SIMD, DS41_SUBNORMAL_INPUTS) with an unknown value
+// stop a compute command with an error naming the variable and a non-zero exit, whatever level
+// would have run.
+TEST(Cli, UnknownKernelSwitchValuesAreErrors) {
+  const std::string dir = test::tiny_model_dir(false);
+  for (const std::string var : {"DS41_SIMD", "DS41_SUBNORMAL_INPUTS"}) {
+    const std::string cmd = var + "=bogus " + test::ds41_binary() + " run -m " + dir + " --tokens 1,2 -n 1 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    std::array<char, 4096> buf;
+    for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+    const int st = pclose(p);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << var << ": " << out;
+    EXPECT_NE(out.find(var + "=bogus: unknown"), std::string::npos) << out;
+  }
+}
+
 TEST(Cli, CorruptCheckpointIsReportedByInspect) {
   test::TempDir tmp;
   ASSERT_EQ(run_ds41("mkmodel --preset tiny --out " + tmp.path() + "/m --quiet").status, 0);
