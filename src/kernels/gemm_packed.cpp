@@ -182,9 +182,7 @@ void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out) {
   for (int64_t g = 0; g + 16 <= W.N; g += 16)
     for (int64_t b = 0; b < KB; ++b) {
       const uint8_t* block = out + (g / 16 * KB + b) * kFp8Rows16BlockBytes;
-      uint8_t any = 0;
-      for (int64_t i = 0; i < kFp8Rows16BlockBytes; ++i) any |= uint8_t(uint8_t((block[i] & 0x7f) - 1) < 7);  // 1..7, not 0
-      flags[g / 16 * KB + b] = any;
+      flags[g / 16 * KB + b] = std::any_of(block, block + kFp8Rows16BlockBytes, is_subnormal_e4m3);
     }
 }
 

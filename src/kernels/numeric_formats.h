@@ -34,6 +34,8 @@ float e4m3_to_f32(uint8_t code);
 uint8_t f32_to_e4m3(float x);
 // Table of all 256 decoded values (NaN codes hold NaN), for hot loops.
 extern const float kE4M3Table[256];
+// A subnormal code: exponent field 0, mantissa not (magnitude 1..7; zero is not one).
+inline bool is_subnormal_e4m3(uint8_t code) { return uint8_t((code & 0x7f) - 1) < 7; }
 
 // ---- F8_E8M0 ------------------------------------------------------------------------------
 // 2^(code-127); 0xFF -> NaN. Inline: cache dequantization calls it once per 16-32 values.
