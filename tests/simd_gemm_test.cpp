@@ -445,13 +445,16 @@ TEST(SimdLevel, SubnormalInputsCanBeSet) {
 // The rows16 layout (gemm.h) of a matrix of `row_bytes` bytes a row whose 32-column blocks take
 // block_row_bytes of them (32 codes FP8, 16 bytes FP4): pack(out) must write, for each group of
 // 16 rows and block b, the block's 16 x block_row_bytes bytes at (g / 16 * blocks + b) * 16 *
-// block_row_bytes, 4 bytes of each row in turn, and nothing past copy_bytes.
+// block_row_bytes, 4 bytes of each row in turn, then (FP8) a flag byte per group and block or
+// (FP4) the 16 rows' scale codes per group and block (fp4_scales: the matrix's [N, blocks]), and
+// nothing past copy_bytes.
 template <class Pack>
 void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_bytes, int64_t block_row_bytes,
-                          int64_t copy_bytes, const Pack& pack, const std::string& what) {
+                          int64_t copy_bytes, const Pack& pack, const std::string& what,
+                          const std::vector<uint8_t>& fp4_scales = {}) {
   const int64_t blocks = row_bytes / block_row_bytes;
-  const bool fp8 = block_row_bytes == 32;  // its copy ends with a flag byte per group and block
-  ASSERT_EQ(copy_bytes, N / 16 * 16 * row_bytes + (fp8 ? N / 16 * blocks : 0)) << what;
+  const bool fp8 = block_row_bytes == 32;
+  ASSERT_EQ(copy_bytes, N / 16 * 16 * row_bytes + (fp8 ? N / 16 * blocks : N / 16 * 16 * blocks)) << what;
   std::vector<uint8_t> out(size_t(copy_bytes) + 1, 0xa5);
   pack(out.data());
   for (int64_t g = 0; g + 16 <= N; g += 16)
@@ -474,6 +477,13 @@ void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_
         ASSERT_EQ(out[size_t(N / 16 * 16 * row_bytes + g / 16 * blocks + b)], subnormal ? 1 : 0)
             << what << " flag of g=" << g << " b=" << b;
       }
+  else
+    for (int64_t g = 0; g + 16 <= N; g += 16)
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t l = 0; l < 16; ++l)
+          ASSERT_EQ(out[size_t(N / 16 * 16 * row_bytes + (g / 16 * blocks + b) * 16 + l)],
+                    fp4_scales[size_t((g + l) * blocks + b)])
+              << what << " scale of g=" << g << " b=" << b << " l=" << l;
   EXPECT_EQ(out.back(), 0xa5) << what << ": wrote past the copy's size";
 }
 
@@ -486,15 +496,16 @@ TEST(SimdGemm, Rows16LayoutIsTheDefinition) {
     const std::string what = "N=" + std::to_string(N) + " K=" + std::to_string(K);
     std::vector<uint8_t> w8 = random_bytes(N * K, rng);
     const std::vector<uint8_t> w4 = random_bytes(N * K / 2, rng);
+    const std::vector<uint8_t> s4 = random_bytes(N * K / 32, rng);
     for (int64_t n = 0; n < N; ++n)  // half the groups' blocks without subnormal codes (flag 0)
       for (int64_t k = 0; k < K; ++k)
         if ((n / 16 + k / 32) % 2 == 0 && (w8[size_t(n * K + k)] & 0x78) == 0) w8[size_t(n * K + k)] &= 0x80;
     const Fp8Matrix W8{w8.data(), nullptr, N, K};
-    const Fp4Matrix W4{w4.data(), nullptr, N, K};
+    const Fp4Matrix W4{w4.data(), s4.data(), N, K};
     expect_rows16_layout(w8, N, K, 32, fp8_rows16_bytes(W8), [&](uint8_t* out) { pack_fp8_rows16(W8, out); },
                          "fp8 " + what);
     expect_rows16_layout(w4, N, K / 2, 16, fp4_rows16_bytes(W4), [&](uint8_t* out) { pack_fp4_rows16(W4, out); },
-                         "fp4 " + what);
+                         "fp4 " + what, s4);
   }
   const std::vector<uint8_t> w(16 * 40);
   std::vector<uint8_t> out(16 * 40);
@@ -539,9 +550,10 @@ TEST(SimdGemm, Fp4DecodeRowRangesMatchTwin) {
 
 // The FP4 decodes reading the rows16 copy (AVX2: one group of 16 rows at a time; AVX-512: up to
 // four streams side by side): every kind of range (groups of 16 from the copy, the rows around them and the N % 16 tail from the
-// checkpoint layout), NaN (0xFF) scale codes inside copied groups and in the tail, block counts
-// that leave the 16-block scale loads ragged: the twin's values and nothing written outside the
-// range; and so for linear_fp4 and the batched call at 1-4 rows.
+// checkpoint layout), NaN (0xFF) and 2^-127 (0) scale codes inside copied groups and in the tail
+// and groups with neither, block counts that leave the 16-block scale loads ragged: the twin's
+// values and nothing written outside the range; and so for linear_fp4 and the batched call at
+// 1-4 rows.
 TEST(SimdGemm, Fp4DecodeFromRows16CopyMatchesTwin) {
   std::mt19937 rng(24);
   for (SimdLevel l : supported_simd_levels()) {
@@ -553,6 +565,10 @@ TEST(SimdGemm, Fp4DecodeFromRows16CopyMatchesTwin) {
       const std::vector<uint16_t> x = random_bf16(4 * K, rng);
       const std::vector<uint8_t> w = random_bytes(N * K / 2, rng);
       std::vector<uint8_t> scale = random_scales(N * KB, rng);
+      // Rows below 300 without code 0 (2^-127): their groups without a NaN code take the AVX2
+      // copy kernel's way for groups with neither (scales_have_special), the others the other way.
+      for (int64_t i = 0; i < 300 * KB; ++i)
+        if (scale[size_t(i)] == 0) scale[size_t(i)] = 1;
       for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{598}})
         scale[size_t(row * KB + (row * 7) % KB)] = 0xFF;
       Fp4Matrix W{w.data(), scale.data(), N, K};
@@ -655,12 +671,23 @@ TEST(SimdGemm, ActQuantMatchesScalarBitForBit) {
 TEST(SimdLevel, ParsesNamesAndCapsAtTheSupportedLevel) {
   EXPECT_EQ(parse_simd_level("scalar"), SimdLevel::Scalar);
   EXPECT_EQ(parse_simd_level("avx2"), SimdLevel::Avx2);
+  EXPECT_EQ(parse_simd_level("avx2vnni"), SimdLevel::Avx2Vnni);
   EXPECT_EQ(parse_simd_level("avx512"), SimdLevel::Avx512);
   EXPECT_EQ(parse_simd_level("avx512vbmi"), SimdLevel::Avx512Vbmi);
   EXPECT_EQ(parse_simd_level("amx"), SimdLevel::Amx);
   EXPECT_FALSE(parse_simd_level("sse9").has_value());
   const SimdLevel before = simd_level();
   EXPECT_EQ(set_simd_level(SimdLevel::Amx), simd_level_supported());  // the highest level
+  // avx2vnni is the one level not implied by those above it (AVX-512 CPUs before Sapphire Rapids
+  // and Zen 5 lack AVX-VNNI): where missing it falls to avx2, never to a level the CPU cannot run.
+  const SimdLevel vnni = set_simd_level(SimdLevel::Avx2Vnni);
+  if (simd_level_available(SimdLevel::Avx2Vnni)) {
+    EXPECT_EQ(vnni, SimdLevel::Avx2Vnni);
+  } else {
+    EXPECT_EQ(vnni, simd_level_available(SimdLevel::Avx2) ? SimdLevel::Avx2 : SimdLevel::Scalar);
+  }
+  EXPECT_TRUE(simd_level_available(simd_level_supported()));
+  EXPECT_TRUE(simd_level_available(SimdLevel::Scalar));
   EXPECT_EQ(set_simd_level(SimdLevel::Scalar), SimdLevel::Scalar);
   EXPECT_EQ(simd_level(), SimdLevel::Scalar);
   set_simd_level(before);

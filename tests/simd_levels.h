@@ -9,8 +9,8 @@ namespace ds41 {
 
 inline std::vector<SimdLevel> supported_simd_levels() {
   std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi, SimdLevel::Amx})
-    if (static_cast<int>(l) <= static_cast<int>(simd_level_supported())) out.push_back(l);
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vbmi, SimdLevel::Amx})
+    if (simd_level_available(l)) out.push_back(l);
   return out;
 }
 

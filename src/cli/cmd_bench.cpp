@@ -513,7 +513,9 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
   std::printf("ds41 bench: %s, %d threads, kernels %s%s\n", dir.c_str(), pool.size(), simd_level_name(simd_level()),
-              simd_level() == SimdLevel::Avx2 && subnormal_inputs_slow()
+              (simd_level() == SimdLevel::Avx2 || simd_level() == SimdLevel::Avx2Vnni ||
+               simd_level() == SimdLevel::Avx512) &&  // the levels whose FP8 decode is the copy kernel
+                      subnormal_inputs_slow()
                   ? " (fp32 subnormal inputs slow here: FP8 decode blocks holding subnormal codes take the F16C path)"
                   : "");
   std::printf("  memory bandwidth (STREAM triad): %.2f GB/s    FMA peak (fp32, %s): %.1f GFLOP/s", triad / 1e9,

@@ -80,8 +80,16 @@ struct Fp4Matrix {
 // whose bytes 64 d + 4 l .. 64 d + 4 l + 3 are row g + l's bytes 16 b + 4 d .. 16 b + 4 d + 3
 // (d < 4, l < 16).
 inline constexpr int64_t kFp4Rows16BlockBytes = 256;
-// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K / 2.
-inline int64_t fp4_rows16_bytes(const Fp4Matrix& W) { return W.N / 16 * 16 * (W.K / 2); }
+// After the codes, the groups' block scales in the same order: 16 bytes at (g / 16 * K / 32 + b) *
+// 16 whose byte l is row g + l's E8M0 code of block b. The decode then reads a block's 16 scales
+// as one forward stream beside the codes; from the checkpoint's [N, K / 32] scales it gathered
+// them from 16 rows per group, and on a Xeon at `avx2` those loads stalled on memory (each
+// expert's scales are a small array of their own), a fifth of the time of the products (perf).
+inline constexpr int64_t kFp4Rows16ScaleBytes = 16;
+inline int64_t fp4_rows16_code_bytes(const Fp4Matrix& W) { return W.N / 16 * 16 * (W.K / 2); }
+inline const uint8_t* fp4_rows16_scales(const Fp4Matrix& W) { return W.rows16 + fp4_rows16_code_bytes(W); }
+// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K / 2, then their scales.
+inline int64_t fp4_rows16_bytes(const Fp4Matrix& W) { return fp4_rows16_code_bytes(W) + W.N / 16 * 16 * (W.K / 32); }
 // Writes W's rows16 copy into `out` (fp4_rows16_bytes(W) bytes); K must be a multiple of 32.
 void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out);
 // Whether the active kernels' one-row FP4 decode reads a rows16 copy (the AVX-512 levels).

@@ -189,6 +189,11 @@ void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out) {
 void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out) {
   if (W.K % kBlock != 0) throw Error("pack_fp4_rows16: K = " + std::to_string(W.K) + " is not a multiple of 32");
   pack_rows16(W.w, W.N, W.K / 2, out);
+  uint8_t* scales = out + fp4_rows16_code_bytes(W);
+  const int64_t KB = W.K / kBlock;
+  for (int64_t g = 0; g + 16 <= W.N; g += 16)
+    for (int64_t b = 0; b < KB; ++b)
+      for (int64_t l = 0; l < 16; ++l) *scales++ = W.scale[(g + l) * KB + b];
 }
 
 bool fp8_decode_reads_rows16() {

@@ -34,6 +34,7 @@
 
 namespace ds41::simd::avx2 {
 #define DS41_SIMD_LEVEL SimdLevel::Avx2
+#define DS41_SIMD_AVX512 0
 #define DS41_SIMD_VNNI 0
 #define DS41_SIMD_REGS 16
 #include "kernels/simd_gemm.inc"
@@ -48,6 +49,7 @@ extern const KernelTable kTable;
 const KernelTable kTable = common_kernel_table();
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
+#undef DS41_SIMD_AVX512
 #undef DS41_SIMD_LEVEL
 }  // namespace ds41::simd::avx2
 

@@ -36,6 +36,7 @@
 
 namespace ds41::simd::avx512 {
 #define DS41_SIMD_LEVEL SimdLevel::Avx512
+#define DS41_SIMD_AVX512 1
 #define DS41_SIMD_VNNI 1
 #define DS41_SIMD_REGS 32
 #include "kernels/simd_gemm.inc"
@@ -75,6 +76,7 @@ constexpr KernelTable kTableAmx = [] {
 }();
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
+#undef DS41_SIMD_AVX512
 #undef DS41_SIMD_LEVEL
 }  // namespace ds41::simd::avx512
 

@@ -44,27 +44,41 @@ bool amx_usable(uint32_t cpuid7_edx, uint64_t xcr0) {
 #endif
 }
 
-SimdLevel detect_supported() {
+struct CpuLevels {
+  SimdLevel best;
+  bool avx_vnni;  // AVX-VNNI (CPUID 7.1 EAX bit 4), with AVX2's requirements met
+};
+
+CpuLevels detect_levels() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return SimdLevel::Scalar;
+  constexpr CpuLevels kScalar{SimdLevel::Scalar, false};
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return kScalar;
   const bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12), f16c = c & (1u << 29);
-  if (!osxsave || !avx || !fma || !f16c) return SimdLevel::Scalar;
+  if (!osxsave || !avx || !fma || !f16c) return kScalar;
   const uint64_t xcr0 = read_xcr0();
-  if ((xcr0 & 0x6) != 0x6) return SimdLevel::Scalar;  // XMM and YMM state
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return SimdLevel::Scalar;
+  if ((xcr0 & 0x6) != 0x6) return kScalar;  // XMM and YMM state
+  unsigned max_leaf7 = 0;
+  if (!__get_cpuid_count(7, 0, &max_leaf7, &b, &c, &d)) return kScalar;
   const bool avx2 = b & (1u << 5), bmi1 = b & (1u << 3), bmi2 = b & (1u << 8);
-  if (!avx2 || !bmi1 || !bmi2) return SimdLevel::Scalar;
+  if (!avx2 || !bmi1 || !bmi2) return kScalar;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  const bool avx_vnni = max_leaf7 >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 & (1u << 4));
   const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31)) &&  // F DQ BW VL
                       (c & (1u << 11)) &&                                                            // VNNI
                       (xcr0 & 0xe0) == 0xe0;  // opmask and ZMM state
-  if (!avx512) return SimdLevel::Avx2;
+  if (!avx512) return {avx_vnni ? SimdLevel::Avx2Vnni : SimdLevel::Avx2, avx_vnni};
   const bool vbmi = c & (1u << 1);
-  if (!vbmi) return SimdLevel::Avx512;
-  return amx_usable(d, xcr0) ? SimdLevel::Amx : SimdLevel::Avx512Vbmi;
+  if (!vbmi) return {SimdLevel::Avx512, avx_vnni};
+  return {amx_usable(d, xcr0) ? SimdLevel::Amx : SimdLevel::Avx512Vbmi, avx_vnni};
 #else
-  return SimdLevel::Scalar;
+  return {SimdLevel::Scalar, false};
 #endif
+}
+
+const CpuLevels& cpu_levels() {
+  static const CpuLevels levels = detect_levels();
+  return levels;
 }
 
 constexpr int kUnset = -1;
@@ -72,14 +86,17 @@ std::atomic<int> g_level{kUnset};
 
 SimdLevel cap(SimdLevel level) {
   const SimdLevel top = simd_level_supported();
-  return static_cast<int>(level) > static_cast<int>(top) ? top : level;
+  if (static_cast<int>(level) > static_cast<int>(top)) return top;
+  return simd_level_available(level) ? level : SimdLevel::Avx2;  // avx2vnni without AVX-VNNI
 }
 
 }  // namespace
 
-SimdLevel simd_level_supported() {
-  static const SimdLevel supported = detect_supported();
-  return supported;
+SimdLevel simd_level_supported() { return cpu_levels().best; }
+
+bool simd_level_available(SimdLevel level) {
+  if (static_cast<int>(level) > static_cast<int>(simd_level_supported())) return false;
+  return level != SimdLevel::Avx2Vnni || cpu_levels().avx_vnni;
 }
 
 SimdLevel simd_level() {
@@ -89,7 +106,7 @@ SimdLevel simd_level() {
   if (const char* env = std::getenv("DS41_SIMD"); env && *env && std::string_view(env) != "auto") {
     const std::optional<SimdLevel> parsed = parse_simd_level(env);
     if (!parsed)
-      throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx512, avx512vbmi, amx or auto)");
+      throw Error(std::string("DS41_SIMD=") + env + ": unknown kernel level (use scalar, avx2, avx2vnni, avx512, avx512vbmi, amx or auto)");
     chosen = cap(*parsed);
   }
   subnormal_inputs_slow();  // DS41_SUBNORMAL_INPUTS is read (and a bad value refused) here too
@@ -144,6 +161,7 @@ const char* simd_level_name(SimdLevel level) {
   switch (level) {
     case SimdLevel::Scalar: return "scalar";
     case SimdLevel::Avx2: return "avx2";
+    case SimdLevel::Avx2Vnni: return "avx2vnni";
     case SimdLevel::Avx512: return "avx512";
     case SimdLevel::Avx512Vbmi: return "avx512vbmi";
     case SimdLevel::Amx: return "amx";
@@ -154,6 +172,7 @@ const char* simd_level_name(SimdLevel level) {
 std::optional<SimdLevel> parse_simd_level(std::string_view name) {
   if (name == "scalar") return SimdLevel::Scalar;
   if (name == "avx2") return SimdLevel::Avx2;
+  if (name == "avx2vnni") return SimdLevel::Avx2Vnni;
   if (name == "avx512") return SimdLevel::Avx512;
   if (name == "avx512vbmi") return SimdLevel::Avx512Vbmi;
   if (name == "amx") return SimdLevel::Amx;

@@ -2,10 +2,15 @@
 // twin the SIMD paths are tested against, bit for bit); on x86-64 the engine also carries AVX2
 // and AVX-512 versions, compiled with per-function target attributes, and picks the best one the
 // running CPU supports. The choice never changes a result — only the speed — so it can be forced
-// lower for comparisons: environment variable DS41_SIMD=scalar|avx2|avx512|avx512vbmi (the
-// default is the best supported), or set_simd_level() in tests and `ds41 bench`.
+// lower for comparisons: environment variable DS41_SIMD=scalar|avx2|avx2vnni|avx512|avx512vbmi|amx
+// (the default is the best supported), or set_simd_level() in tests and `ds41 bench`.
 //
 //   avx2    AVX2 + FMA + F16C (Haswell, Zen 1 and later)
+//   avx2vnni  avx2 + AVX-VNNI, the VEX-encoded 256-bit 8-bit dot product (Alder Lake and later
+//           Intel cores, whose AVX-512 is off; Sierra Forest; Sapphire Rapids; Zen 5): the avx2
+//           kernels except the FP4 products, whose u8 x s8 dot products become one vpdpbusd
+//           instead of vpmaddubsw + vpmaddwd + vpaddd. Not every AVX-512 CPU has it (Skylake-SP to
+//           Ice Lake and Zen 4 do not), so it is the one level that is not implied by the ones above.
 //   avx512  AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Cascade Lake, Zen 4 and later); the kernels use
 //           256-bit vectors with the AVX-512 instructions (VNNI dot products, 32 registers),
 //           512-bit ones where a kernel gained from them (FP8 paths, prefill dense tiles,
@@ -23,18 +28,22 @@
 
 namespace ds41 {
 
-enum class SimdLevel : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vbmi = 3, Amx = 4 };
+enum class SimdLevel : int { Scalar = 0, Avx2 = 1, Avx2Vnni = 2, Avx512 = 3, Avx512Vbmi = 4, Amx = 5 };
 
 // The best level this CPU and this build can run.
 SimdLevel simd_level_supported();
-// The level kernels use now: DS41_SIMD or set_simd_level(), never above simd_level_supported().
+// Whether this CPU and build can run `level`: every level up to simd_level_supported(), except
+// avx2vnni on AVX-512 CPUs without AVX-VNNI.
+bool simd_level_available(SimdLevel level);
+// The level kernels use now: DS41_SIMD or set_simd_level(), never one the CPU cannot run (a level
+// above the supported one becomes that; avx2vnni where it is missing, avx2).
 // An unknown DS41_SIMD value throws ds41::Error on first use.
 SimdLevel simd_level();
-// Sets the active level (capped at the supported one); returns the level now in effect.
+// Sets the active level (lowered as simd_level() says); returns the level now in effect.
 SimdLevel set_simd_level(SimdLevel level);
 
 const char* simd_level_name(SimdLevel level);
-std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx512", "avx512vbmi", "amx"
+std::optional<SimdLevel> parse_simd_level(std::string_view name);  // "scalar", "avx2", "avx2vnni", ..., "amx"
 
 // Whether fp32 arithmetic with a subnormal operand is slow on this CPU: Intel cores take a
 // microcode assist for every multiply or FMA with a subnormal input (measured on a Xeon at the
