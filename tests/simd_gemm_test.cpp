@@ -468,14 +468,15 @@ void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_
   if (fp8)
     for (int64_t g = 0; g + 16 <= N; g += 16)
       for (int64_t b = 0; b < blocks; ++b) {
-        bool subnormal = false;
+        bool subnormal = false, nan = false;
         for (int64_t l = 0; l < 16; ++l)
           for (int64_t k = 0; k < 32; ++k) {
             const uint8_t c = w[size_t((g + l) * row_bytes + 32 * b + k)] & 0x7f;
             subnormal |= c >= 1 && c <= 7;
+            nan |= c == 0x7f;
           }
-        ASSERT_EQ(out[size_t(N / 16 * 16 * row_bytes + g / 16 * blocks + b)], subnormal ? 1 : 0)
-            << what << " flag of g=" << g << " b=" << b;
+        ASSERT_EQ(out[size_t(N / 16 * 16 * row_bytes + g / 16 * blocks + b)], (subnormal ? 1 : 0) | (nan ? 2 : 0))
+            << what << " flags of g=" << g << " b=" << b;
       }
   else
     for (int64_t g = 0; g + 16 <= N; g += 16)
@@ -497,9 +498,15 @@ TEST(SimdGemm, Rows16LayoutIsTheDefinition) {
     std::vector<uint8_t> w8 = random_bytes(N * K, rng);
     const std::vector<uint8_t> w4 = random_bytes(N * K / 2, rng);
     const std::vector<uint8_t> s4 = random_bytes(N * K / 32, rng);
-    for (int64_t n = 0; n < N; ++n)  // half the groups' blocks without subnormal codes (flag 0)
-      for (int64_t k = 0; k < K; ++k)
-        if ((n / 16 + k / 32) % 2 == 0 && (w8[size_t(n * K + k)] & 0x78) == 0) w8[size_t(n * K + k)] &= 0x80;
+    // The groups' blocks in turn without subnormal codes, without NaN codes, without either, or
+    // random (nearly all of those hold both): every combination of the two flags.
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        uint8_t& c = w8[size_t(n * K + k)];
+        const int64_t kind = (n / 16 + k / 32) % 4;
+        if ((kind == 0 || kind == 2) && (c & 0x78) == 0) c &= 0x80;
+        if ((kind == 1 || kind == 2) && (c & 0x7f) == 0x7f) c &= 0xfe;
+      }
     const Fp8Matrix W8{w8.data(), nullptr, N, K};
     const Fp4Matrix W4{w4.data(), s4.data(), N, K};
     expect_rows16_layout(w8, N, K, 32, fp8_rows16_bytes(W8), [&](uint8_t* out) { pack_fp8_rows16(W8, out); },

@@ -47,13 +47,14 @@ struct Fp8Matrix {
 // bytes at (g / 16 * K / 32 + b) * 512 whose bytes 64 d + 4 l .. 64 d + 4 l + 3 are row g + l's codes
 // 32 b + 4 d .. 32 b + 4 d + 3 (d < 8, l < 16): a group's blocks in k order, the groups in row order.
 inline constexpr int64_t kFp8Rows16BlockBytes = 512;
-// After the codes, one byte per group and block (same order): 1 where the block holds an E4M3
-// subnormal code (magnitude 1..7), else 0. The AVX2 decode sends those blocks down a path with no
-// fp32 subnormal (subnormal_inputs_slow(), simd_level.h); realistic weights have few of them.
+// After the codes, one flag byte per group and block (same order): kFp8BlockSubnormal where the
+// block holds an E4M3 subnormal code (magnitude 1..7), which the AVX2 decode sends down a path
+// with no fp32 subnormal (subnormal_inputs_slow(), simd_level.h; realistic weights have few of
+// them), and kFp8BlockNan where it holds a NaN code (0x7f, 0xff), whose rows take the scalar
+// arithmetic (the decode then needs no NaN check of its own in the loop).
+inline constexpr uint8_t kFp8BlockSubnormal = 1, kFp8BlockNan = 2;
 inline int64_t fp8_rows16_code_bytes(const Fp8Matrix& W) { return W.N / 16 * 16 * W.K; }
-inline const uint8_t* fp8_rows16_subnormal_blocks(const Fp8Matrix& W) {
-  return W.rows16 + fp8_rows16_code_bytes(W);
-}
+inline const uint8_t* fp8_rows16_block_flags(const Fp8Matrix& W) { return W.rows16 + fp8_rows16_code_bytes(W); }
 // Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K, then the flags.
 inline int64_t fp8_rows16_bytes(const Fp8Matrix& W) { return fp8_rows16_code_bytes(W) + W.N / 16 * (W.K / 32); }
 // Writes W's rows16 copy into `out` (fp8_rows16_bytes(W) bytes); K must be a multiple of 32.

@@ -150,14 +150,12 @@ bool fp8_shape_and_scales_packable(const Fp8Matrix& W) {
     if (W.scale[i] < kPackedFp8MinScale || W.scale[i] > kPackedFp8MaxScale) return false;
   return true;
 }
-// A NaN code is dequantized to a NaN, which the packed kernel's decode would not give.
-inline bool is_nan_e4m3(uint8_t code) { return (code & 0x7f) == 0x7f; }
 }  // namespace
 
 bool fp8_packable(const Fp8Matrix& W) {
   if (!fp8_shape_and_scales_packable(W)) return false;
   for (int64_t i = 0; i < W.N * W.K; ++i)
-    if (is_nan_e4m3(W.w[i])) return false;
+    if (is_nan_e4m3(W.w[i])) return false;  // dequantized to a NaN, which the packed decode would not give
   return true;
 }
 
@@ -182,7 +180,9 @@ void pack_fp8_rows16(const Fp8Matrix& W, uint8_t* out) {
   for (int64_t g = 0; g + 16 <= W.N; g += 16)
     for (int64_t b = 0; b < KB; ++b) {
       const uint8_t* block = out + (g / 16 * KB + b) * kFp8Rows16BlockBytes;
-      flags[g / 16 * KB + b] = std::any_of(block, block + kFp8Rows16BlockBytes, is_subnormal_e4m3);
+      flags[g / 16 * KB + b] = uint8_t(
+          (std::any_of(block, block + kFp8Rows16BlockBytes, is_subnormal_e4m3) ? kFp8BlockSubnormal : 0) |
+          (std::any_of(block, block + kFp8Rows16BlockBytes, is_nan_e4m3) ? kFp8BlockNan : 0));
     }
 }
 

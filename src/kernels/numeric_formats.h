@@ -36,6 +36,7 @@ uint8_t f32_to_e4m3(float x);
 extern const float kE4M3Table[256];
 // A subnormal code: exponent field 0, mantissa not (magnitude 1..7; zero is not one).
 inline bool is_subnormal_e4m3(uint8_t code) { return uint8_t((code & 0x7f) - 1) < 7; }
+inline bool is_nan_e4m3(uint8_t code) { return (code & 0x7f) == 0x7f; }
 
 // ---- F8_E8M0 ------------------------------------------------------------------------------
 // 2^(code-127); 0xFF -> NaN. Inline: cache dequantization calls it once per 16-32 values.
