@@ -37,16 +37,7 @@ namespace ds41::simd::avx2vnni {
 #define DS41_SIMD_AVX512 0
 #define DS41_SIMD_VNNI 1
 #define DS41_SIMD_REGS 16
-#include "kernels/simd_gemm.inc"
-#include "kernels/simd_attention.inc"
-#include "kernels/simd_dequant.inc"
-#include "kernels/simd_peak.inc"
-#include "kernels/simd_int8.inc"
-#include "kernels/simd_softmax.inc"
-#include "kernels/simd_kernel_table.inc"
-
-extern const KernelTable kTable;
-const KernelTable kTable = common_kernel_table();
+#include "kernels/simd_avx2_table.inc"
 #undef DS41_SIMD_REGS
 #undef DS41_SIMD_VNNI
 #undef DS41_SIMD_AVX512
