@@ -39,6 +39,21 @@ void print_usage(FILE* f) {
                DS41_VERSION);
   for (const Command& c : kCommands) std::fprintf(f, "  %-10s %s\n", c.name, c.summary);
   std::fprintf(f, "\nRun 'ds41 COMMAND --help' for the options of a command.\n");
+  // Switches for speed comparisons and tuning; none changes a result (docs/performance.md,
+  // docs/memory.md). An unknown value is an error.
+  std::fprintf(f,
+               "\nenvironment:\n"
+               "  DS41_SIMD=scalar|avx2|avx2vnni|avx512|avx512vbmi|amx|auto\n"
+               "                      CPU kernel level (default auto: the best this CPU runs; a level it\n"
+               "                      cannot run gives the best one below it)\n"
+               "  DS41_SUBNORMAL_INPUTS=slow|fast|auto\n"
+               "                      whether fp32 subnormal inputs are slow here (auto: unless AMD)\n"
+               "  DS41_DECODE_COPIES=auto|fp8|none\n"
+               "                      which lane-ordered weight copies load makes for the decode kernels\n"
+               "  DS41_EXPERT_POLICY=frequency|lru\n"
+               "                      which routed experts a disk-streamed model keeps in memory\n"
+               "  DS41_EXPERT_PREFETCH=on|off\n"
+               "                      read a disk-streamed model's likely next experts ahead\n");
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/simd_level.h"
 #include "test_paths.h"
 #include "test_tokenizer_files.h"
 #include "../tiny_model.h"
@@ -136,6 +138,31 @@ TEST(Cli, UnknownKernelSwitchValuesAreErrors) {
     const int st = pclose(p);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << var << ": " << out;
     EXPECT_NE(out.find(var + "=bogus: unknown"), std::string::npos) << out;
+  }
+}
+
+// `ds41 --help` lists every DS41_ environment variable the engine reads (found in the sources,
+// so a new switch without a help line fails here) and every kernel level DS41_SIMD takes.
+TEST(Cli, HelpListsEveryEnvironmentSwitch) {
+  const auto help = run_ds41("--help");
+  ASSERT_EQ(help.status, 0);
+  std::set<std::string> names;
+  const std::string marker = "getenv(\"DS41_";
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(DS41_SOURCE_DIR) + "/src")) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) {
+      const size_t begin = at + marker.size() - 5, end = text.find('"', begin);
+      names.insert(text.substr(begin, end - begin));
+    }
+  }
+  EXPECT_GE(names.size(), 5u);  // DS41_SIMD, DS41_SUBNORMAL_INPUTS, DS41_DECODE_COPIES, DS41_EXPERT_*
+  for (const std::string& name : names) EXPECT_NE(help.out.find("  " + name + "="), std::string::npos) << name;
+  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512,
+                      SimdLevel::Avx512Vbmi, SimdLevel::Amx}) {
+    ASSERT_EQ(parse_simd_level(simd_level_name(l)), l);
+    EXPECT_NE(help.out.find(std::string(simd_level_name(l)) + "|"), std::string::npos) << simd_level_name(l);
   }
 }
 
