@@ -446,15 +446,15 @@ TEST(SimdLevel, SubnormalInputsCanBeSet) {
 // block_row_bytes of them (32 codes FP8, 16 bytes FP4): pack(out) must write, for each group of
 // 16 rows and block b, the block's 16 x block_row_bytes bytes at (g / 16 * blocks + b) * 16 *
 // block_row_bytes, 4 bytes of each row in turn, then (FP8) a flag byte per group and block or
-// (FP4) the 16 rows' scale codes per group and block (fp4_scales: the matrix's [N, blocks]), and
-// nothing past copy_bytes.
+// (FP4) the 16 rows' scale codes per group and block (fp4_scales: the matrix's [N, blocks]) and a
+// flag byte per group (a code 0 or 255 among them), and nothing past copy_bytes.
 template <class Pack>
 void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_bytes, int64_t block_row_bytes,
                           int64_t copy_bytes, const Pack& pack, const std::string& what,
                           const std::vector<uint8_t>& fp4_scales = {}) {
   const int64_t blocks = row_bytes / block_row_bytes;
   const bool fp8 = block_row_bytes == 32;
-  ASSERT_EQ(copy_bytes, N / 16 * 16 * row_bytes + (fp8 ? N / 16 * blocks : N / 16 * 16 * blocks)) << what;
+  ASSERT_EQ(copy_bytes, N / 16 * 16 * row_bytes + (fp8 ? N / 16 * blocks : N / 16 * 16 * blocks + N / 16)) << what;
   std::vector<uint8_t> out(size_t(copy_bytes) + 1, 0xa5);
   pack(out.data());
   for (int64_t g = 0; g + 16 <= N; g += 16)
@@ -485,6 +485,17 @@ void expect_rows16_layout(const std::vector<uint8_t>& w, int64_t N, int64_t row_
           ASSERT_EQ(out[size_t(N / 16 * 16 * row_bytes + (g / 16 * blocks + b) * 16 + l)],
                     fp4_scales[size_t((g + l) * blocks + b)])
               << what << " scale of g=" << g << " b=" << b << " l=" << l;
+  if (!fp8)
+    for (int64_t g = 0; g + 16 <= N; g += 16) {
+      bool special = false;
+      for (int64_t l = 0; l < 16; ++l)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const uint8_t code = fp4_scales[size_t((g + l) * blocks + b)];
+          special |= code == 0 || code == 255;
+        }
+      ASSERT_EQ(out[size_t(N / 16 * 16 * row_bytes + N / 16 * 16 * blocks + g / 16)], special ? 1 : 0)
+          << what << " special-scale flag of g=" << g;
+    }
   EXPECT_EQ(out.back(), 0xa5) << what << ": wrote past the copy's size";
 }
 
@@ -497,7 +508,13 @@ TEST(SimdGemm, Rows16LayoutIsTheDefinition) {
     const std::string what = "N=" + std::to_string(N) + " K=" + std::to_string(K);
     std::vector<uint8_t> w8 = random_bytes(N * K, rng);
     const std::vector<uint8_t> w4 = random_bytes(N * K / 2, rng);
-    const std::vector<uint8_t> s4 = random_bytes(N * K / 32, rng);
+    std::vector<uint8_t> s4 = random_bytes(N * K / 32, rng);
+    for (int64_t n = 16; n < std::min<int64_t>(N, 32); ++n)  // the second group (if any) without codes 0 and 255
+      for (int64_t b = 0; b < K / 32; ++b) {
+        uint8_t& c = s4[size_t(n * (K / 32) + b)];
+        if (c == 0 || c == 255) c = 127;
+      }
+    s4[0] = 255;  // the first group with one
     // The groups' blocks in turn without subnormal codes, without NaN codes, without either, or
     // random (nearly all of those hold both): every combination of the two flags.
     for (int64_t n = 0; n < N; ++n)
@@ -573,7 +590,7 @@ TEST(SimdGemm, Fp4DecodeFromRows16CopyMatchesTwin) {
       const std::vector<uint8_t> w = random_bytes(N * K / 2, rng);
       std::vector<uint8_t> scale = random_scales(N * KB, rng);
       // Rows below 300 without code 0 (2^-127): their groups without a NaN code take the AVX2
-      // copy kernel's way for groups with neither (scales_have_special), the others the other way.
+      // copy kernel's way for groups with neither (fp4_rows16_special_scales), the others the other way.
       for (int64_t i = 0; i < 300 * KB; ++i)
         if (scale[size_t(i)] == 0) scale[size_t(i)] = 1;
       for (const int64_t row : {int64_t{19}, int64_t{262}, int64_t{517}, int64_t{598}})

@@ -86,14 +86,24 @@ inline constexpr int64_t kFp4Rows16BlockBytes = 256;
 // as one forward stream beside the codes; from the checkpoint's [N, K / 32] scales it gathered
 // them from 16 rows per group, and on a Xeon at `avx2` those loads stalled on memory (each
 // expert's scales are a small array of their own), a fifth of the time of the products (perf).
+// Last, one byte per group: 1 where a scale code of the group is 0 (2^-127, an fp32 subnormal) or
+// 255 (NaN), the two codes whose fp32 value is not the code shifted into the exponent field (the
+// AVX2 decode widens the others with one shift), else 0.
 inline constexpr int64_t kFp4Rows16ScaleBytes = 16;
 inline int64_t fp4_rows16_code_bytes(const Fp4Matrix& W) { return W.N / 16 * 16 * (W.K / 2); }
 inline const uint8_t* fp4_rows16_scales(const Fp4Matrix& W) { return W.rows16 + fp4_rows16_code_bytes(W); }
-// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K / 2, then their scales.
-inline int64_t fp4_rows16_bytes(const Fp4Matrix& W) { return fp4_rows16_code_bytes(W) + W.N / 16 * 16 * (W.K / 32); }
+inline const uint8_t* fp4_rows16_special_scales(const Fp4Matrix& W) {
+  return fp4_rows16_scales(W) + W.N / 16 * 16 * (W.K / 32);
+}
+// Bytes of W's rows16 copy: the whole groups of 16 rows, (N / 16) * 16 * K / 2, their scales, the
+// groups' flags.
+inline int64_t fp4_rows16_bytes(const Fp4Matrix& W) {
+  return fp4_rows16_code_bytes(W) + W.N / 16 * 16 * (W.K / 32) + W.N / 16;
+}
 // Writes W's rows16 copy into `out` (fp4_rows16_bytes(W) bytes); K must be a multiple of 32.
 void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out);
-// Whether the active kernels' one-row FP4 decode reads a rows16 copy (the AVX-512 levels).
+// Whether the active kernels' one-row FP4 decode reads a rows16 copy (every SIMD level, not the
+// scalar one).
 bool fp4_decode_reads_rows16();
 
 // ---- fast paths ------------------------------------------------------------------------------

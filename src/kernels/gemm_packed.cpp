@@ -190,10 +190,18 @@ void pack_fp4_rows16(const Fp4Matrix& W, uint8_t* out) {
   if (W.K % kBlock != 0) throw Error("pack_fp4_rows16: K = " + std::to_string(W.K) + " is not a multiple of 32");
   pack_rows16(W.w, W.N, W.K / 2, out);
   uint8_t* scales = out + fp4_rows16_code_bytes(W);
+  uint8_t* special = scales + W.N / 16 * 16 * (W.K / kBlock);
   const int64_t KB = W.K / kBlock;
-  for (int64_t g = 0; g + 16 <= W.N; g += 16)
+  for (int64_t g = 0; g + 16 <= W.N; g += 16) {
+    bool any = false;
     for (int64_t b = 0; b < KB; ++b)
-      for (int64_t l = 0; l < 16; ++l) *scales++ = W.scale[(g + l) * KB + b];
+      for (int64_t l = 0; l < 16; ++l) {
+        const uint8_t code = W.scale[(g + l) * KB + b];
+        any = any || code == 0 || code == 0xff;
+        *scales++ = code;
+      }
+    special[g / 16] = any;
+  }
 }
 
 bool fp8_decode_reads_rows16() {

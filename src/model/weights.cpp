@@ -370,7 +370,8 @@ int64_t fp8_decode_copy_bytes(const TensorStore& store) {
 int64_t fp4_decode_copy_bytes(const TensorStore& store) {
   int64_t bytes = 0;
   for (const TensorInfo& t : store.tensors())
-    if (t.dtype == DType::I8) bytes += int64_t(t.nbytes);  // the packed FP4 codes (their scales are E8M0)
+    if (t.dtype == DType::I8)  // the packed FP4 codes, then a scale code per 16 bytes and a flag per group
+      bytes += int64_t(t.nbytes) + int64_t(t.nbytes) / 16 + int64_t(t.nbytes) / 256;
   return bytes;
 }
 
