@@ -96,7 +96,9 @@ inline const Shape kQuantizedShapes[] = {{1, 1, 32},   {1, 37, 96},   {1, 64, 25
                                   {16, 24, 352}, {33, 17, 128}, {130, 11, 96}, {1, 200, 1024},
                                   {4, 29, 192},  {4, 8, 32},    {3, 13, 32},
                                   // one block with prefill rows; whole 16-row tiles and 3 panels
-                                  {6, 20, 32},   {32, 48, 64}};
+                                  {6, 20, 32},   {32, 48, 64},
+                                  // a last tile of one row after whole 6-row tiles (prefill)
+                                  {7, 27, 96},   {13, 35, 64}};
 
 // K with every remainder mod 16, N not a multiple of the 8- or 2-row groups; packed groups (8
 // blocks of 16 rows) of every width from 1 to 8, with and without tail rows.
