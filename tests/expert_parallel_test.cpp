@@ -127,8 +127,9 @@ TEST(ExpertParallel, SplitAcrossRanksGivesTheOneProcessOutputsBitForBit) {
     int64_t held = rank0->memory_plan().expert_bytes;
     for (int r = 1; r < ranks; ++r) {
       held += remote->follower(r).memory_plan().expert_bytes;
-      // Resident: its experts' decode copies only, no mapped tensor of the dense part.
-      int64_t copies = 0;
+      // Resident: its experts' decode copies only (slab bytes never handed out aside), no mapped
+      // tensor of the dense part.
+      int64_t copies = -remote->follower(r).weights().owned_unused_bytes;
       for (const ByteBuffer& b : remote->follower(r).weights().owned) copies += int64_t(b.size());
       EXPECT_EQ(remote->follower(r).memory_plan().resident_bytes, copies);
       EXPECT_EQ(remote->follower(r).weights().head, nullptr);

@@ -88,7 +88,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadProgress& p
   m->weights_ = load_model_weights(store, m->config_, m->plan_, [&](int64_t done, int64_t total) {
     if (progress) progress("preparing", done, total);
   }, wo);
-  int64_t owned = 0;
+  int64_t owned = -m->weights_.owned_unused_bytes;
   for (const ByteBuffer& b : m->weights_.owned) owned += int64_t(b.size());
   mp.resident_bytes = mapped_resident + owned;
   if (mp.stream_experts) {

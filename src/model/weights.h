@@ -141,6 +141,7 @@ struct ModelWeights {
   // Owns the checkpoint mapping and every materialised buffer.
   std::shared_ptr<TensorStore> store;
   std::vector<ByteBuffer> owned;
+  int64_t owned_unused_bytes = 0;  // of `owned`, slab bytes never handed out (and never touched)
 };
 
 // Opens nothing itself: `store` must already be checked against the catalogue.
@@ -184,7 +185,8 @@ WeightUse weight_use(const std::string& tensor_name);
 // checkpoint (1.85 GB) and most of it ends up cached anyway once text has used its tokens. So are
 // the Engram tables where they fit (engram_tables_read_ahead).
 // (The buffers materialised at load are advised MADV_HUGEPAGE when allocated,
-// base/byte_buffer.h.) Advisory: failures are ignored.
+// base/byte_buffer.h; the small ones share slabs that are, weights.cpp.) Advisory: failures are
+// ignored.
 // `ram`: the memory the decisions count with (the budget, or physical RAM); `experts_streamed`:
 // the routed experts are read through an ExpertCache (their mapping gets no advice).
 void advise_model_weights(const TensorStore& store, int64_t ram, bool experts_streamed = false);
