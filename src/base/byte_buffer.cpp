@@ -9,6 +9,17 @@
 
 #include "base/error.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define DS41_WITH_ASAN_INTERFACE 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DS41_WITH_ASAN_INTERFACE 1
+#endif
+#endif
+#if DS41_WITH_ASAN_INTERFACE
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace ds41 {
 
 ByteBuffer::ByteBuffer(size_t bytes) : size_(bytes) {
@@ -57,7 +68,25 @@ ByteBuffer& ByteBuffer::operator=(ByteBuffer&& other) noexcept {
   return *this;
 }
 
+void poison_bytes(const void* p, size_t n) {
+#if DS41_WITH_ASAN_INTERFACE
+  __asan_poison_memory_region(p, n);
+#else
+  (void)p, (void)n;
+#endif
+}
+
+void unpoison_bytes(const void* p, size_t n) {
+#if DS41_WITH_ASAN_INTERFACE
+  __asan_unpoison_memory_region(p, n);
+#else
+  (void)p, (void)n;
+#endif
+}
+
 void ByteBuffer::release() {
+  // A later mapping at these addresses must not inherit marks a user left (poison_bytes).
+  if (mapping_) unpoison_bytes(data_, size_);
   if (mapping_) ::munmap(mapping_, mapping_bytes_);
   else delete[] data_;
   data_ = nullptr;

@@ -43,4 +43,22 @@ class ByteBuffer {
   size_t mapping_bytes_ = 0;
 };
 
+// Under AddressSanitizer, bytes of a buffer that its user carves into pieces (the loader's slabs,
+// model/weights.cpp) can be marked unaddressable between the pieces, so a read past one piece is
+// still reported as it was when each piece was a heap allocation of its own. No-ops otherwise.
+// (A ByteBuffer clears the marks of its bytes when it releases them.)
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+void poison_bytes(const void* p, size_t n);
+void unpoison_bytes(const void* p, size_t n);
+
 }  // namespace ds41

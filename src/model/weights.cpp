@@ -134,14 +134,17 @@ class Loader {
       w_.owned.emplace_back(bytes);
       return {w_.owned.back().data()};
     }
-    const size_t need = (bytes + 63) & ~size_t{63};
+    // Under AddressSanitizer a poisoned line after each piece: reads past it are still reported.
+    const size_t need = ((bytes + 63) & ~size_t{63}) + (kAddressSanitizer ? 64 : 0);
     if (slab_ == nullptr || slab_used_ + need > kSlabBytes) {
       if (slab_) w_.owned_unused_bytes += int64_t(kSlabBytes - slab_used_);
       w_.owned.emplace_back(kSlabBytes);
       slab_ = w_.owned.back().data();
       slab_used_ = 0;
+      poison_bytes(slab_, kSlabBytes);
     }
     uint8_t* p = slab_ + slab_used_;
+    unpoison_bytes(p, bytes);
     slab_used_ += need;
     return {p};
   }
