@@ -64,7 +64,9 @@ TEST(ModelWeights, BuffersMadeAtLoadLieOnHugePageMappingsWithoutOverlap) {
   // The tiny preset's copies are all far below a huge page: the slabs' case (on a CPU whose
   // kernels read no rows16 copy there are none, and only the mix projections are checked).
   ASSERT_GT(ranges.size(), 2 * model->plan().layers.size());
-  for (const auto& [begin, end] : ranges) {
+  for (const auto& range : ranges) {
+    const uint8_t* begin = range.first;  // (not a structured binding: the lambda captures them)
+    const uint8_t* end = range.second;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(begin) % 64, 0u);
     const auto holder = std::find_if(w.owned.begin(), w.owned.end(), [&](const ByteBuffer& buf) {
       return buf.data() <= begin && end <= buf.data() + buf.size();
