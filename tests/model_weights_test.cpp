@@ -18,15 +18,21 @@
 namespace ds41 {
 namespace {
 
-// The rows16 copies the loader handed to a block's FP8 and FP4 matrices: [begin, end) each.
+// The rows16 copies the loader handed to a block's FP8 and FP4 matrices: [begin, end) each, and
+// their bytes per format.
+struct CopyBytes {
+  int64_t fp8 = 0, fp4 = 0;
+};
 void collect_copies(const BlockWeights& b, const ExpertWeights& expert, const BlockTensor& t,
-                    std::vector<std::pair<const uint8_t*, const uint8_t*>>& out) {
+                    std::vector<std::pair<const uint8_t*, const uint8_t*>>& out, CopyBytes& bytes) {
   auto add = [&](const auto& v) {
     using T = std::remove_cvref_t<decltype(v)>;
     if constexpr (std::is_same_v<T, Fp8Matrix>) {
       if (v.rows16) out.emplace_back(v.rows16, v.rows16 + fp8_rows16_bytes(v));
+      if (v.rows16) bytes.fp8 += fp8_rows16_bytes(v);
     } else if constexpr (std::is_same_v<T, Fp4Matrix>) {
       if (v.rows16) out.emplace_back(v.rows16, v.rows16 + fp4_rows16_bytes(v));
+      if (v.rows16) bytes.fp4 += fp4_rows16_bytes(v);
     }
   };
   std::visit(
@@ -42,13 +48,14 @@ TEST(ModelWeights, BuffersMadeAtLoadLieOnHugePageMappingsWithoutOverlap) {
   auto model = Model::load(test::tiny_model_dir(true));
   const ModelWeights& w = model->weights();
   std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
+  CopyBytes copies;
   for (const LayerPlan& lp : model->plan().layers) {
     const BlockWeights& b = w.blocks[size_t(lp.id)];
     for (const BlockTensor& t : block_tensors()) {
       if (t.when == TensorWhen::RoutedExpert) {
-        for (const ExpertWeights& e : b.experts) collect_copies(b, e, t, ranges);
+        for (const ExpertWeights& e : b.experts) collect_copies(b, e, t, ranges, copies);
       } else {
-        collect_copies(b, ExpertWeights{}, t, ranges);
+        collect_copies(b, ExpertWeights{}, t, ranges, copies);
       }
     }
     // Buffers derived at load (transposed hc projections: mixes in blocks of kHcMixBlock).
@@ -84,6 +91,10 @@ TEST(ModelWeights, BuffersMadeAtLoadLieOnHugePageMappingsWithoutOverlap) {
   int64_t handed_out = 0;
   for (const auto& [begin, end] : ranges) handed_out += end - begin;
   EXPECT_GE(owned - w.owned_unused_bytes, handed_out);
+  // The load's memory plan counted at least what the copies take.
+  EXPECT_LE(copies.fp8, fp8_decode_copy_bytes(*w.store));
+  EXPECT_LE(copies.fp4, fp4_decode_copy_bytes(*w.store));
+  if (fp4_decode_reads_rows16()) EXPECT_GT(copies.fp4, 0) << "the tiny preset's experts got no copies";
 }
 
 }  // namespace

@@ -9,14 +9,7 @@
 
 #include "base/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define DS41_WITH_ASAN_INTERFACE 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DS41_WITH_ASAN_INTERFACE 1
-#endif
-#endif
-#if DS41_WITH_ASAN_INTERFACE
+#if DS41_ADDRESS_SANITIZER
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -68,27 +61,21 @@ ByteBuffer& ByteBuffer::operator=(ByteBuffer&& other) noexcept {
   return *this;
 }
 
-void poison_bytes(const void* p, size_t n) {
-#if DS41_WITH_ASAN_INTERFACE
-  __asan_poison_memory_region(p, n);
+#if DS41_ADDRESS_SANITIZER
+void poison_bytes(const void* p, size_t n) { __asan_poison_memory_region(p, n); }
+void unpoison_bytes(const void* p, size_t n) { __asan_unpoison_memory_region(p, n); }
 #else
-  (void)p, (void)n;
+void poison_bytes(const void*, size_t) {}
+void unpoison_bytes(const void*, size_t) {}
 #endif
-}
-
-void unpoison_bytes(const void* p, size_t n) {
-#if DS41_WITH_ASAN_INTERFACE
-  __asan_unpoison_memory_region(p, n);
-#else
-  (void)p, (void)n;
-#endif
-}
 
 void ByteBuffer::release() {
-  // A later mapping at these addresses must not inherit marks a user left (poison_bytes).
-  if (mapping_) unpoison_bytes(data_, size_);
-  if (mapping_) ::munmap(mapping_, mapping_bytes_);
-  else delete[] data_;
+  if (mapping_) {
+    unpoison_bytes(data_, size_);  // a later mapping here must not inherit a user's marks
+    ::munmap(mapping_, mapping_bytes_);
+  } else {
+    delete[] data_;
+  }
   data_ = nullptr;
   size_ = 0;
   mapping_ = nullptr;

@@ -48,16 +48,16 @@ class ByteBuffer {
 // still reported as it was when each piece was a heap allocation of its own. No-ops otherwise.
 // (A ByteBuffer clears the marks of its bytes when it releases them.)
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAddressSanitizer = true;
+#define DS41_ADDRESS_SANITIZER 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-inline constexpr bool kAddressSanitizer = true;
-#else
-inline constexpr bool kAddressSanitizer = false;
+#define DS41_ADDRESS_SANITIZER 1
 #endif
-#else
-inline constexpr bool kAddressSanitizer = false;
 #endif
+#ifndef DS41_ADDRESS_SANITIZER
+#define DS41_ADDRESS_SANITIZER 0
+#endif
+inline constexpr bool kAddressSanitizer = DS41_ADDRESS_SANITIZER;
 void poison_bytes(const void* p, size_t n);
 void unpoison_bytes(const void* p, size_t n);
 

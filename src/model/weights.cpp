@@ -70,9 +70,9 @@ class Loader {
   template <class T>
   const T* aligned(const TensorInfo& t) {
     if (reinterpret_cast<uintptr_t>(t.data) % alignof(T) == 0) return reinterpret_cast<const T*>(t.data);
-    const auto buf = own(t.nbytes);
-    std::memcpy(buf.data(), t.data, t.nbytes);
-    return reinterpret_cast<const T*>(buf.data());
+    uint8_t* buf = own(t.nbytes);
+    std::memcpy(buf, t.data, t.nbytes);
+    return reinterpret_cast<const T*>(buf);
   }
   bool fp8_rows16 = false, fp4_rows16 = false;  // give the matrices rows16 copies (fp8, fp4 below)
   const uint16_t* bf16(const std::string& name) { return aligned<uint16_t>(tensor(name, DType::BF16)); }
@@ -84,8 +84,7 @@ class Loader {
   // A BF16 tensor widened to fp32 (exact).
   const float* bf16_as_f32(const std::string& name) {
     const TensorInfo& t = tensor(name, DType::BF16);
-    const auto buf = own(t.nbytes * 2);
-    float* out = reinterpret_cast<float*>(buf.data());
+    float* out = reinterpret_cast<float*>(own(t.nbytes * 2));
     for (size_t i = 0; i < t.nbytes / 2; ++i) {
       uint16_t h;
       std::memcpy(&h, t.data + 2 * i, 2);
@@ -100,7 +99,7 @@ class Loader {
     const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
     Fp8Matrix m{w.data, s.data, w.shape.at(0), w.shape.at(1)};
     if (decode_copy && fp8_rows16 && m.K % 32 == 0 && m.N >= 16) {
-      uint8_t* copy = own(size_t(fp8_rows16_bytes(m))).data();
+      uint8_t* copy = own(size_t(fp8_rows16_bytes(m)));
       copies_.push_back([m, copy] { pack_fp8_rows16(m, copy); });
       w_.fp8_copy_bytes += fp8_rows16_bytes(m);
       m.rows16 = copy;
@@ -112,7 +111,7 @@ class Loader {
     const TensorInfo& s = tensor(base + ".scale", DType::F8_E8M0);
     Fp4Matrix m{w.data, s.data, w.shape.at(0), w.shape.at(1) * 2};
     if (fp4_rows16 && m.K % 32 == 0 && m.N >= 16) {
-      uint8_t* copy = own(size_t(fp4_rows16_bytes(m))).data();
+      uint8_t* copy = own(size_t(fp4_rows16_bytes(m)));
       copies_.push_back([m, copy] { pack_fp4_rows16(m, copy); });
       w_.fp4_copy_bytes += fp4_rows16_bytes(m);
       m.rows16 = copy;
@@ -125,14 +124,10 @@ class Loader {
   // slabs of kSlabBytes that are. (From the heap, on 4 KiB pages, the small preset's rows16
   // copies - 256 KiB to 1 MiB each - streamed ~20 % slower: one Xeon core, the AVX2 FP8 copy
   // kernel over 96 cold 1024 x 1024 copies, 7.3-7.9 -> 8.8-9.5 GB/s on 2 MiB pages.)
-  struct Owned {
-    uint8_t* bytes;
-    uint8_t* data() const { return bytes; }
-  };
-  Owned own(size_t bytes) {
-    if (bytes >= kSlabBytes / 4) {
+  uint8_t* own(size_t bytes) {
+    if (bytes >= ByteBuffer::kHugePageBytes) {
       w_.owned.emplace_back(bytes);
-      return {w_.owned.back().data()};
+      return w_.owned.back().data();
     }
     // Under AddressSanitizer a poisoned line after each piece: reads past it are still reported.
     const size_t need = ((bytes + 63) & ~size_t{63}) + (kAddressSanitizer ? 64 : 0);
@@ -146,7 +141,7 @@ class Loader {
     uint8_t* p = slab_ + slab_used_;
     unpoison_bytes(p, bytes);
     slab_used_ += need;
-    return {p};
+    return p;
   }
   // The last slab's bytes never handed out (resident accounting).
   void close_slab() {
@@ -172,7 +167,7 @@ class Loader {
   const TensorStore& store_;
   ModelWeights& w_;
   std::vector<std::function<void()>> copies_;  // fills of the rows16 copies handed out (write_copies)
-  static constexpr size_t kSlabBytes = size_t{8} << 20;  // a quarter of it and more: a mapping of its own
+  static constexpr size_t kSlabBytes = 4 * ByteBuffer::kHugePageBytes;
   uint8_t* slab_ = nullptr;  // the slab being carved (owned by w_.owned), and its bytes handed out
   size_t slab_used_ = 0;
 };
@@ -273,9 +268,9 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     // Packed once at load: the head is read whole for every token's logits.
     const TensorInfo& t = store->get(kHeadTensor);
     const int64_t N = t.shape[0], K = t.shape[1];
-    const auto buf = L.own(size_t((N / kPackedRows) * K * kPackedRows) * 2);
-    pack_bf16_rows(w.head, N, K, reinterpret_cast<uint16_t*>(buf.data()), nullptr);
-    w.head_packed = PackedBf16Matrix{reinterpret_cast<const uint16_t*>(buf.data()), w.head, N, K};
+    auto* packed = reinterpret_cast<uint16_t*>(L.own(size_t((N / kPackedRows) * K * kPackedRows) * 2));
+    pack_bf16_rows(w.head, N, K, packed, nullptr);
+    w.head_packed = PackedBf16Matrix{packed, w.head, N, K};
     advise(t.data, t.nbytes, MADV_DONTNEED);  // read through the packed copy (only its tail rows here)
   }
   int64_t layers_done = 0;
@@ -298,29 +293,27 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
     const int mixes = (2 + config.hc_mult) * config.hc_mult;
     const int64_t hc_dim = int64_t(config.hc_mult) * config.dim;
     for (auto [fn, out] : {std::pair{b.hc_attn_fn, &b.hc_attn_fn_t}, std::pair{b.hc_ffn_fn, &b.hc_ffn_fn_t}}) {
-      const auto buf = L.own(size_t(transposed_hc_projection_size(mixes, hc_dim)) * sizeof(float));
-      transpose_hc_projection(fn, mixes, hc_dim, reinterpret_cast<float*>(buf.data()));
-      *out = reinterpret_cast<const float*>(buf.data());
+      auto* fn_t = reinterpret_cast<float*>(L.own(size_t(transposed_hc_projection_size(mixes, hc_dim)) * sizeof(float)));
+      transpose_hc_projection(fn, mixes, hc_dim, fn_t);
+      *out = fn_t;
     }
     {
       const Fp8Matrix& wo_a = b.wo_a_fp8;  // read as bf16 values (below), never by the FP8 decode
-      const auto buf = L.own(size_t(wo_a.N * wo_a.K) * 2);
-      dequant_fp8_to_bf16(wo_a, reinterpret_cast<uint16_t*>(buf.data()));
-      b.wo_a = reinterpret_cast<const uint16_t*>(buf.data());
+      auto* wo_a_bf16 = reinterpret_cast<uint16_t*>(L.own(size_t(wo_a.N * wo_a.K) * 2));
+      dequant_fp8_to_bf16(wo_a, wo_a_bf16);
+      b.wo_a = wo_a_bf16;
       // Only whole 16-row blocks are packed; attention reads the packed copy only then. The FP8
       // codes when every group is whole 32-row scale blocks and the values allow it.
       const int64_t group_rows = config.o_lora_rank;
       if (group_rows % 32 == 0 && fp8_packable(wo_a)) {
-        const auto packed = L.own(size_t(kPackedFp8Front + wo_a.N * wo_a.K));
-        uint8_t* out = packed.data() + kPackedFp8Front;
+        uint8_t* out = L.own(size_t(kPackedFp8Front + wo_a.N * wo_a.K)) + kPackedFp8Front;
         const int64_t scale_cols = wo_a.K / 32;
         for (int64_t r = 0; r < wo_a.N; r += group_rows)
           pack_fp8_rows(Fp8Matrix{wo_a.w + r * wo_a.K, wo_a.scale + (r / 32) * scale_cols, group_rows, wo_a.K},
                         out + r * wo_a.K, nullptr);
         b.wo_a_fp8_packed = PackedFp8Matrix{out, wo_a.scale, wo_a.N, wo_a.K};
       } else if (group_rows % kPackedRows == 0) {
-        const auto packed = L.own(size_t(wo_a.N * wo_a.K) * 2);
-        uint16_t* out = reinterpret_cast<uint16_t*>(packed.data());
+        auto* out = reinterpret_cast<uint16_t*>(L.own(size_t(wo_a.N * wo_a.K) * 2));
         for (int64_t r = 0; r < wo_a.N; r += group_rows)
           pack_bf16_rows(b.wo_a + r * wo_a.K, group_rows, wo_a.K, out + r * wo_a.K, nullptr);
         b.wo_a_packed = PackedBf16Matrix{out, b.wo_a, wo_a.N, wo_a.K};
@@ -402,8 +395,8 @@ int64_t fp8_decode_copy_bytes(const TensorStore& store) {
 int64_t fp4_decode_copy_bytes(const TensorStore& store) {
   int64_t bytes = 0;
   for (const TensorInfo& t : store.tensors())
-    if (t.dtype == DType::I8)  // the packed FP4 codes, then a scale code per 16 bytes and a flag per group
-      bytes += int64_t(t.nbytes) + int64_t(t.nbytes) / 16 + int64_t(t.nbytes) / 256;
+    if (t.dtype == DType::I8)  // the packed FP4 codes [N, K / 2], a scale code per 16 bytes, a flag per 16 rows
+      bytes += int64_t(t.nbytes) + int64_t(t.nbytes) / 16 + (t.shape.empty() ? 0 : t.shape[0] / 16);
   return bytes;
 }
 

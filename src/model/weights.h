@@ -228,7 +228,8 @@ DecodeCopies plan_decode_copies(const std::string& mode, int64_t fp8_bytes, int6
 // Bytes of the rows16 copies of the FP8 weights that would get them: every token's FP8 matrices
 // except wo_a (read as bf16 values), each at most its bytes plus a flag byte per 512.
 int64_t fp8_decode_copy_bytes(const TensorStore& store);
-// Bytes of the FP4 weights (the experts, routed and the draft head's) that would get rows16 copies.
+// Bytes of the rows16 copies the FP4 weights (the experts, routed and the draft head's) would get:
+// at most their codes, a scale code per 16 bytes and a flag per 16 rows.
 int64_t fp4_decode_copy_bytes(const TensorStore& store);
 // Bytes of the buffers load_model_weights makes besides the rows16 decode copies (the packed head,
 // wo_a widened to bf16 and packed, the transposed mix projections), an upper bound: what a memory
