@@ -108,6 +108,7 @@ inline const Shape kDenseShapes[] = {{1, 1, 1},     {1, 9, 3},     {1, 13, 16}, 
                               {2, 70, 129},  {2, 229, 37},  {1, 112, 64},  {1, 82, 18},  {3, 176, 11},
                               // packed: bundles of 3, 2 and 1 full groups (one row: read side by
                               // side; two: one group at a time), then a partial group
-                              {2, 1000, 24}, {1, 1000, 24}, {1, 640, 7},   {1, 1152, 5},  {1, 520, 6}};
+                              {2, 1000, 24}, {1, 1000, 24}, {1, 640, 7},   {1, 1152, 5},  {1, 520, 6},
+                              {1, 256, 53},  {1, 384, 40}};
 
 }  // namespace ds41::simd_test
