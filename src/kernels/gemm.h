@@ -162,6 +162,9 @@ struct PackedBf16Matrix {
   const uint16_t* rows = nullptr;    // the original row-major [N, K]
   int64_t N = 0, K = 0;
 };
+// Products of fewer activation rows than this (decode, speculative verification) read a packed
+// copy where the model keeps one; more rows read the row-major matrix through the register tiles.
+inline constexpr int64_t kPackedMaxRows = 4;
 // Writes the (N / 16) * K * 16 packed values of row-major W into `out`.
 void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool);
 // y[m, n] = linear_f32_wbf16's value, from the packed layout.

@@ -82,22 +82,30 @@ void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& 
 }
 
 void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64_t M, ThreadPool* pool) {
-  // Work items: each job's full groups kPackedStreamGroups at a time (the last bundle what is
-  // left), its partial group if any, then one item for its tail rows (N % 16, possibly none).
+  // Work items: each job's full groups `bundle` at a time (the last bundle what is left), its
+  // partial group if any, then one item for its tail rows (N % 16, possibly none). A bundle is
+  // kPackedStreamGroups groups (read side by side at one row) where there are enough for two
+  // bundles per thread, fewer otherwise: a compressor's 512 rows (four groups) as bundles of three
+  // and one had one thread read three quarters of the matrix.
+  int64_t work = 0, full_groups = 0;
+  for (int j = 0; j < count; ++j) {
+    check_dims("linear_f32_wbf16_packed", M, jobs[j].W.N, jobs[j].W.K);
+    work += M * jobs[j].W.N * jobs[j].W.K;
+    full_groups += jobs[j].W.N / kPackedRows / kPackedGroupBlocks;
+  }
+  ThreadPool* const run_pool = pool_for_work(pool, work);
+  const int64_t threads = run_pool ? run_pool->size() : 1;
+  const int64_t bundle = std::clamp<int64_t>(full_groups / (2 * threads), 1, kPackedStreamGroups);
   const auto bundles_of = [&](int j) {
     const int64_t full = jobs[j].W.N / kPackedRows / kPackedGroupBlocks;
-    return (full + kPackedStreamGroups - 1) / kPackedStreamGroups;
+    return (full + bundle - 1) / bundle;
   };
   const auto items_of = [&](int j) {
     const int64_t NB = jobs[j].W.N / kPackedRows;
     return bundles_of(j) + (NB % kPackedGroupBlocks != 0 ? 1 : 0) + 1;
   };
-  int64_t items = 0, work = 0;
-  for (int j = 0; j < count; ++j) {
-    check_dims("linear_f32_wbf16_packed", M, jobs[j].W.N, jobs[j].W.K);
-    items += items_of(j);
-    work += M * jobs[j].W.N * jobs[j].W.K;
-  }
+  int64_t items = 0;
+  for (int j = 0; j < count; ++j) items += items_of(j);
   if (M == 0 || items == 0) return;
   const simd::KernelTable* kt = simd::active_kernels();
   const auto run_item = [&](int j, int64_t g) {
@@ -116,8 +124,8 @@ void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64
     }
     // Item g < bundles: full groups [first, first + groups); else the partial group.
     const int64_t bundles = bundles_of(j), full = NB / kPackedGroupBlocks;
-    const int64_t first = g < bundles ? g * kPackedStreamGroups : full;
-    const int groups = g < bundles ? int(std::min<int64_t>(kPackedStreamGroups, full - first)) : 1;
+    const int64_t first = g < bundles ? g * bundle : full;
+    const int groups = g < bundles ? int(std::min<int64_t>(bundle, full - first)) : 1;
     const PackedGroup pg = packed_group(NB, first);
     const int64_t row0 = pg.first_block * kPackedRows, rows = pg.width * kPackedRows;
     if (kt) {
@@ -134,7 +142,7 @@ void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64
         }
     }
   };
-  parallel_job_items(pool_for_work(pool, work), items, items_of, run_item);
+  parallel_job_items(run_pool, items, items_of, run_item);
 }
 
 namespace {

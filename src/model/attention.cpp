@@ -254,7 +254,7 @@ void grouped_output(const ModelConfig& c, const BlockWeights& w, int S, const ui
   // A decode row reads the groups' rows from the packed copy (one stream per 128 rows, the same
   // sums; FP8 codes where they give the bf16 values), all groups in one parallel call; several
   // rows lay the weights out per call instead (gemm.h).
-  if (S < 4 && (w.wo_a_fp8_packed.blocks || w.wo_a_packed.blocks)) {
+  if (S < kPackedMaxRows && (w.wo_a_fp8_packed.blocks || w.wo_a_packed.blocks)) {
     DS41_SCRATCH(float, in_f32, G * S * K);  // [g][s][k]
     DS41_SCRATCH(float, out_f32, G * S * Rk);
     for (int64_t g = 0; g < G; ++g)

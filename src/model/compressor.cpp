@@ -34,7 +34,16 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
   DS41_SCRATCH(uint16_t, normed, Dh);
   if (m == 1) {
     DS41_SCRATCH(uint16_t, proj, int64_t(S) * Dh);
-    linear_bf16(x, S, w.comp_wkv_bf16, Dh, D, proj.data(), ctx.pool);
+    if (S < kPackedMaxRows && w.comp_wkv_packed.blocks) {
+      // The packed copy's fp32 sums of the widened row, rounded: linear_bf16's values.
+      DS41_SCRATCH(float, xf, int64_t(S) * D);
+      DS41_SCRATCH(float, pf, int64_t(S) * Dh);
+      for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
+      linear_f32_wbf16_packed(xf.data(), S, w.comp_wkv_packed, pf.data(), ctx.pool);
+      for (size_t i = 0; i < pf.size(); ++i) proj[i] = f32_to_bf16(pf[i]);
+    } else {
+      linear_bf16(x, S, w.comp_wkv_bf16, Dh, D, proj.data(), ctx.pool);
+    }
     latents.resize(size_t(S) * Dh);
     rmsnorm_rows(proj.data(), w.comp_norm, S, Dh, eps, latents.data());
     for (int s = 0; s < S; ++s) entry_ids.push_back(ctx.pos(s));
@@ -45,8 +54,15 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
     for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
     // fp32 products of the bf16 weights (widening is exact: the checkpoint's bytes are read,
     // not a widened copy of twice the size).
-    linear_f32_wbf16(xf.data(), S, w.comp_wkv_bf16, Dh, D, kvf.data(), ctx.pool);
-    linear_f32_wbf16(xf.data(), S, w.comp_wgate_bf16, Dh, D, zf.data(), ctx.pool);
+    if (S < kPackedMaxRows && w.comp_wkv_packed.blocks && w.comp_wgate_packed.blocks) {
+      // Both from their packed copies in one parallel call.
+      const PackedLinearJob jobs[2] = {{xf.data(), w.comp_wkv_packed, kvf.data()},
+                                       {xf.data(), w.comp_wgate_packed, zf.data()}};
+      linear_f32_wbf16_packed_batch(jobs, 2, S, ctx.pool);
+    } else {
+      linear_f32_wbf16(xf.data(), S, w.comp_wkv_bf16, Dh, D, kvf.data(), ctx.pool);
+      linear_f32_wbf16(xf.data(), S, w.comp_wgate_bf16, Dh, D, zf.data(), ctx.pool);
+    }
     DS41_SCRATCH(float, pooled, Dh);
     for (int s = 0; s < S; ++s) {
       const int64_t p = ctx.pos(s), slot = p % m;

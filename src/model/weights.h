@@ -59,6 +59,11 @@ struct BlockWeights {
   const uint16_t* comp_wkv_bf16 = nullptr;    // bf16 projection
   const uint16_t* comp_wgate_bf16 = nullptr;  // ratio > 1: the gate projection
   const uint16_t* comp_norm = nullptr;
+  // The bf16 projections a decode row reads whole (compressor, router), packed at load as the
+  // head is (gemm.h PackedBf16Matrix; blocks null where the matrix has fewer than 16 rows or is
+  // absent): products of fewer than kPackedMaxRows rows read them, the row-major originals serve
+  // prefill.
+  PackedBf16Matrix comp_wkv_packed, comp_wgate_packed, gate_packed;
   // indexer (index sources)
   Fp8Matrix idx_wq_b{};
   const uint16_t* idx_weights_proj = nullptr;  // bf16 [index_n_heads, dim]
