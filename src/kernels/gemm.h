@@ -169,6 +169,9 @@ inline constexpr int64_t kPackedMaxRows = 4;
 void pack_bf16_rows(const uint16_t* W, int64_t N, int64_t K, uint16_t* out, ThreadPool* pool);
 // y[m, n] = linear_f32_wbf16's value, from the packed layout.
 void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool);
+// The same values from the packed copy where W has one (blocks) and M < kPackedMaxRows, else from
+// the row-major W.rows.
+void linear_f32_wbf16_maybe_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool);
 // Several packed products of M rows each (x [M][W.K] -> y [M][W.N]) in one parallel call: the
 // groups of all of them are shared out together (the grouped output projection's per-group
 // products are too small to keep two threads busy one by one). The same values as one call each.

@@ -81,6 +81,12 @@ void linear_f32_wbf16_packed(const float* x, int64_t M, const PackedBf16Matrix& 
   linear_f32_wbf16_packed_batch(&job, 1, M, pool);
 }
 
+void linear_f32_wbf16_maybe_packed(const float* x, int64_t M, const PackedBf16Matrix& W, float* y, ThreadPool* pool) {
+  if (M < kPackedMaxRows && W.blocks) return linear_f32_wbf16_packed(x, M, W, y, pool);
+  if (W.rows == nullptr) throw Error("linear_f32_wbf16_maybe_packed: the matrix was not loaded");
+  linear_f32_wbf16(x, M, W.rows, W.N, W.K, y, pool);
+}
+
 void linear_f32_wbf16_packed_batch(const PackedLinearJob* jobs, int count, int64_t M, ThreadPool* pool) {
   // Work items: each job's full groups `bundle` at a time (the last bundle what is left), its
   // partial group if any, then one item for its tail rows (N % 16, possibly none). A bundle is

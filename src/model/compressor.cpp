@@ -39,7 +39,7 @@ int compressor_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeig
       DS41_SCRATCH(float, xf, int64_t(S) * D);
       DS41_SCRATCH(float, pf, int64_t(S) * Dh);
       for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
-      linear_f32_wbf16_packed(xf.data(), S, w.comp_wkv_packed, pf.data(), ctx.pool);
+      linear_f32_wbf16_maybe_packed(xf.data(), S, w.comp_wkv_packed, pf.data(), ctx.pool);
       for (size_t i = 0; i < pf.size(); ++i) proj[i] = f32_to_bf16(pf[i]);
     } else {
       linear_bf16(x, S, w.comp_wkv_bf16, Dh, D, proj.data(), ctx.pool);

@@ -170,8 +170,7 @@ void prefetch_next_layer(ForwardContext& ctx, const LayerPlan& lp, const float* 
   if (cache->slots() < int64_t(4) * int64_t(in_use + size_t(kn) * size_t(S))) return;
   const BlockWeights& nw = ctx.weights.blocks[size_t(next.id)];
   DS41_SCRATCH(float, guess_scores, int64_t(S) * En);
-  if (S < kPackedMaxRows && nw.gate_packed.blocks) linear_f32_wbf16_packed(xf, S, nw.gate_packed, guess_scores.data(), ctx.pool);
-  else linear_f32_wbf16(xf, S, nw.gate_w, En, ctx.cfg.dim, guess_scores.data(), ctx.pool);
+  linear_f32_wbf16_maybe_packed(xf, S, nw.gate_packed, guess_scores.data(), ctx.pool);
   const ScoreFunc score_func = parse_score_func(ctx.cfg.score_func);
   DS41_SCRATCH_EMPTY(int32_t, guess);
   for (int s = 0; s < S; ++s) {
@@ -218,8 +217,7 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
   DS41_SCRATCH(float, xf, int64_t(S) * D);
   DS41_SCRATCH(float, scores, int64_t(S) * E);
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x[i]);
-  if (S < kPackedMaxRows && w.gate_packed.blocks) linear_f32_wbf16_packed(xf.data(), S, w.gate_packed, scores.data(), ctx.pool);
-  else linear_f32_wbf16(xf.data(), S, w.gate_w, E, D, scores.data(), ctx.pool);
+  linear_f32_wbf16_maybe_packed(xf.data(), S, w.gate_packed, scores.data(), ctx.pool);
   const ScoreFunc score_func = parse_score_func(c.score_func);
   DS41_SCRATCH(int32_t, ids, int64_t(S) * k);
   DS41_SCRATCH(float, weights, int64_t(S) * k);

@@ -293,7 +293,7 @@ ModelWeights load_model_weights(std::shared_ptr<TensorStore> store, const ModelC
       // One-row products of these read a packed copy (two Xeon cores at `avx2`: the compressor's
       // 512 x 1024 through the register-transposed row kernel ~10 GB/s per core, packed ~17).
       const auto packed = [&](const uint16_t* W, int64_t N, int64_t K) {
-        if (W == nullptr || N < kPackedRows) return PackedBf16Matrix{};
+        if (W == nullptr || N < kPackedRows) return PackedBf16Matrix{nullptr, W, N, K};
         auto* out = reinterpret_cast<uint16_t*>(L.own(size_t((N / kPackedRows) * K * kPackedRows) * 2));
         pack_bf16_rows(W, N, K, out, nullptr);
         return PackedBf16Matrix{out, W, N, K};
@@ -419,6 +419,9 @@ int64_t load_buffer_bytes_estimate(const TensorStore& store) {
     const int64_t n = int64_t(t.nbytes);
     if (t.name == kHeadTensor) bytes += n;  // the packed copy
     else if (t.name.find(".attn.wo_a.weight") != std::string::npos) bytes += 4 * n;  // bf16 values, then packed
+    else if (t.name.find(".attn.compressor.wkv.weight") != std::string::npos ||
+             t.name.find(".attn.compressor.wgate.weight") != std::string::npos || t.name.ends_with(".ffn.gate.weight"))
+      bytes += n;  // the packed copy for decode
     else if ((t.name.find("hc_attn_fn") != std::string::npos || t.name.find("hc_ffn_fn") != std::string::npos) &&
              t.shape.size() == 2)
       bytes += transposed_hc_projection_size(int(t.shape[0]), t.shape[1]) * int64_t(sizeof(float));

@@ -59,10 +59,10 @@ struct BlockWeights {
   const uint16_t* comp_wkv_bf16 = nullptr;    // bf16 projection
   const uint16_t* comp_wgate_bf16 = nullptr;  // ratio > 1: the gate projection
   const uint16_t* comp_norm = nullptr;
-  // The bf16 projections a decode row reads whole (compressor, router), packed at load as the
-  // head is (gemm.h PackedBf16Matrix; blocks null where the matrix has fewer than 16 rows or is
-  // absent): products of fewer than kPackedMaxRows rows read them, the row-major originals serve
-  // prefill.
+  // The bf16 projections a decode row reads whole (compressor, router) with their copies packed
+  // at load as the head is (gemm.h PackedBf16Matrix; blocks null where the matrix has fewer than
+  // 16 rows, rows null where it is absent): linear_f32_wbf16_maybe_packed reads the packed copy for
+  // decode-sized calls, the row-major originals for prefill.
   PackedBf16Matrix comp_wkv_packed, comp_wgate_packed, gate_packed;
   // indexer (index sources)
   Fp8Matrix idx_wq_b{};
@@ -237,7 +237,8 @@ int64_t fp8_decode_copy_bytes(const TensorStore& store);
 // at most their codes, a scale code per 16 bytes and a flag per 16 rows.
 int64_t fp4_decode_copy_bytes(const TensorStore& store);
 // Bytes of the buffers load_model_weights makes besides the rows16 decode copies (the packed head,
-// wo_a widened to bf16 and packed, the transposed mix projections), an upper bound: what a memory
+// wo_a widened to bf16 and packed, the packed compressor and router projections, the transposed
+// mix projections), an upper bound: what a memory
 // plan counts before loading.
 int64_t load_buffer_bytes_estimate(const TensorStore& store);
 // The machine's physical memory (sysconf).
