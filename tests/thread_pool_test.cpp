@@ -30,47 +30,53 @@ TEST(ThreadPool, ChunkBoundsAreContiguousAndBalanced) {
 }
 
 TEST(ThreadPool, EveryIndexRunsExactlyOnceInShrinkingPieces) {
-  for (int threads : {1, 2, 3, 4}) {
-    ThreadPool pool(threads);
-    for (int64_t n : {0, 1, 2, 3, 5, 17, 40, 1000, 100000}) {
-      std::vector<std::atomic<int>> hits(size_t(n > 0 ? n : 1));
-      std::mutex m;
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      pool.parallel_for(n, [&](int64_t begin, int64_t end) {
-        ASSERT_LT(begin, end);
-        {
-          std::lock_guard<std::mutex> lock(m);
-          ranges.emplace_back(begin, end);
+  for (int threads : {1, 2, 3, 4})
+    for (int64_t min_piece : {0, 1, 3}) {  // 0: the default rule
+      ThreadPool pool(threads);
+      for (int64_t n : {0, 1, 2, 3, 5, 17, 40, 337, 1000, 100000}) {
+        std::vector<std::atomic<int>> hits(size_t(n > 0 ? n : 1));
+        std::mutex m;
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        pool.parallel_for(
+            n,
+            [&](int64_t begin, int64_t end) {
+              ASSERT_LT(begin, end);
+              {
+                std::lock_guard<std::mutex> lock(m);
+                ranges.emplace_back(begin, end);
+              }
+              for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
+            },
+            min_piece);
+        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)].load(), 1) << "n=" << n;
+        std::sort(ranges.begin(), ranges.end());
+        if (threads == 1 || n <= 1) {  // one thread (or one index) runs [0, n) whole
+          EXPECT_EQ(ranges.size(), size_t(n > 0 ? 1 : 0)) << "threads=" << threads << " n=" << n;
+          continue;
         }
-        for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
-      });
-      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)].load(), 1) << "n=" << n;
-      std::sort(ranges.begin(), ranges.end());
-      if (threads == 1 || n <= 1) {  // one thread (or one index) runs [0, n) whole
-        EXPECT_EQ(ranges.size(), size_t(n > 0 ? 1 : 0)) << "threads=" << threads << " n=" << n;
-        continue;
-      }
-      // Contiguous pieces, each at most 1/(2 threads) of what was left (rounded up) and no longer
-      // than the one before: the last ones are small. At least one per thread, a bounded number.
-      ASSERT_FALSE(ranges.empty());
-      EXPECT_EQ(ranges.front().first, 0);
-      EXPECT_EQ(ranges.back().second, n);
-      const int64_t min_size = std::max<int64_t>(1, n / (ThreadPool::kMinPieceFraction * threads));
-      for (size_t p = 0; p < ranges.size(); ++p) {
-        const int64_t size = ranges[p].second - ranges[p].first, left = n - ranges[p].first;
-        if (p > 0) {
-          EXPECT_EQ(ranges[p].first, ranges[p - 1].second);
-          EXPECT_LE(size, ranges[p - 1].second - ranges[p - 1].first) << "n=" << n << " piece " << p;
+        // Contiguous pieces, each at most 1/(2 threads) of what was left (rounded up) and no longer
+        // than the one before: the last ones are small. At least one per thread, a bounded number.
+        ASSERT_FALSE(ranges.empty());
+        EXPECT_EQ(ranges.front().first, 0);
+        EXPECT_EQ(ranges.back().second, n);
+        const int64_t min_size =
+            min_piece > 0 ? std::clamp<int64_t>(n / threads, 1, min_piece)
+                          : std::max<int64_t>(1, n / (ThreadPool::kMinPieceFraction * threads));
+        for (size_t p = 0; p < ranges.size(); ++p) {
+          const int64_t size = ranges[p].second - ranges[p].first, left = n - ranges[p].first;
+          if (p > 0) {
+            EXPECT_EQ(ranges[p].first, ranges[p - 1].second);
+            EXPECT_LE(size, ranges[p - 1].second - ranges[p - 1].first) << "n=" << n << " piece " << p;
+          }
+          EXPECT_LE(size, std::max(std::min(min_size, left), (left + 2 * threads - 1) / (2 * threads)))
+              << "n=" << n << " piece " << p;
         }
-        EXPECT_LE(size, std::max(std::min(min_size, left), (left + 2 * threads - 1) / (2 * threads)))
-            << "n=" << n << " piece " << p;
+        EXPECT_GE(ranges.size(), size_t(std::min<int64_t>(n, threads)));
+        EXPECT_LE(ranges.size(), size_t(ThreadPool::kMaxPiecesPerThread * threads));
+        const int64_t last = ranges.back().second - ranges.back().first;
+        EXPECT_LE(last, min_size) << "threads=" << threads << " n=" << n;
       }
-      EXPECT_GE(ranges.size(), size_t(std::min<int64_t>(n, threads)));
-      EXPECT_LE(ranges.size(), size_t(ThreadPool::kMaxPiecesPerThread * threads));
-      const int64_t last = ranges.back().second - ranges.back().first;
-      EXPECT_LE(last, min_size) << "threads=" << threads << " n=" << n;
     }
-  }
 }
 
 TEST(ThreadPool, WorkersActuallyRunChunks) {

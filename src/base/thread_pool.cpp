@@ -74,9 +74,12 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-int64_t ThreadPool::split_into_pieces(int64_t n) {
+int64_t ThreadPool::split_into_pieces(int64_t n, int64_t min_piece) {
   const int64_t threads = size(), max_pieces = int64_t(piece_begin_.size()) - 1;
-  const int64_t min_size = std::max<int64_t>(1, n / (kMinPieceFraction * threads));
+  // A given min_piece stays at most n / threads, so that every thread taking part has a piece of
+  // its own to start with (run_chunk).
+  const int64_t min_size = min_piece > 0 ? std::clamp<int64_t>(n / threads, 1, min_piece)
+                                         : std::max<int64_t>(1, n / (kMinPieceFraction * threads));
   int64_t pieces = 0;
   for (int64_t begin = 0; begin < n; ++pieces) {
     piece_begin_[size_t(pieces)] = begin;
@@ -138,7 +141,7 @@ void ThreadPool::worker_main(int chunk_index) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
+void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t min_piece) {
   if (n <= 0) return;
   if (workers_.empty() || n == 1 || t_inside_chunk) {
     InsideChunkScope scope;
@@ -151,7 +154,7 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
     job_chunks_ = chunks;
-    job_pieces_ = split_into_pieces(n);
+    job_pieces_ = split_into_pieces(n, min_piece);
     next_piece_.store(chunks, std::memory_order_relaxed);
     pending_.store(chunks - 1, std::memory_order_relaxed);
     error_ = nullptr;
@@ -174,13 +177,13 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-void parallel_for(ThreadPool* pool, int64_t n, const ThreadPool::RangeFn& fn) {
+void parallel_for(ThreadPool* pool, int64_t n, const ThreadPool::RangeFn& fn, int64_t min_piece) {
   if (n <= 0) return;
   if (pool == nullptr) {
     fn(0, n);
     return;
   }
-  pool->parallel_for(n, fn);
+  pool->parallel_for(n, fn, min_piece);
 }
 
 }  // namespace ds41

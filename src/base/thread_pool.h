@@ -52,7 +52,15 @@ class ThreadPool {
   // by fn is rethrown here after every piece has finished. A call made from inside a running
   // piece (nesting) runs inline on that thread, and concurrent calls from different threads are
   // serialised; neither can deadlock.
-  void parallel_for(int64_t n, const RangeFn& fn);
+  void parallel_for(int64_t n, const RangeFn& fn) { parallel_for(n, fn, 0); }
+  // min_piece > 0 replaces the smallest piece's rule (n / (kMinPieceFraction size()), at least
+  // one) for loops whose every index is a long stretch of work, where a piece of 1/64 of the loop
+  // left one thread waiting up to that long at its end: the LM head's 337 items (groups of 384
+  // rows) finished with pieces of 5 items, ~0.2 ms each at decode, and one thread waited ~0.1 ms
+  // a token on average (two Xeon vCPUs; pieces of one item: ~15 us). Loops of short indices keep
+  // the default: finer pieces everywhere cost the decode 1-4 % (more piece hand-offs and streams
+  // cut short).
+  void parallel_for(int64_t n, const RangeFn& fn, int64_t min_piece);
   static constexpr int kMinPieceFraction = 32;
   static constexpr int kMaxPiecesPerThread = 48;  // bounds the pieces of any n (ln-like growth)
 
@@ -61,14 +69,14 @@ class ThreadPool {
   template <class F>
   void parallel_for(int64_t n, const F& fn) {
     const RangeFn by_reference = [&fn](int64_t begin, int64_t end) { fn(begin, end); };
-    parallel_for(n, by_reference);
+    parallel_for(n, by_reference, 0);
   }
 
  private:
   void worker_main(int chunk_index);
   void run_chunk(int chunk_index);
   void run_piece(int64_t piece);
-  int64_t split_into_pieces(int64_t n);  // fills piece_begin_, returns the piece count
+  int64_t split_into_pieces(int64_t n, int64_t min_piece);  // fills piece_begin_, returns the piece count
 
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one job at a time
@@ -103,13 +111,13 @@ inline ThreadPool* pool_for_work(ThreadPool* pool, int64_t work) {
   return work < kMinParallelWork ? nullptr : pool;
 }
 
-// nullptr or a one-thread pool runs fn(0, n) inline on the caller.
-void parallel_for(ThreadPool* pool, int64_t n, const ThreadPool::RangeFn& fn);
+// nullptr or a one-thread pool runs fn(0, n) inline on the caller. min_piece: ThreadPool's.
+void parallel_for(ThreadPool* pool, int64_t n, const ThreadPool::RangeFn& fn, int64_t min_piece = 0);
 
 template <class F>
-void parallel_for(ThreadPool* pool, int64_t n, const F& fn) {
+void parallel_for(ThreadPool* pool, int64_t n, const F& fn, int64_t min_piece = 0) {
   const ThreadPool::RangeFn by_reference = [&fn](int64_t begin, int64_t end) { fn(begin, end); };
-  parallel_for(pool, n, by_reference);
+  parallel_for(pool, n, by_reference, min_piece);
 }
 
 }  // namespace ds41

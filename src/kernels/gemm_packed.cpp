@@ -39,17 +39,23 @@ PackedGroup packed_group(int64_t NB, int64_t g) {
 }
 
 // The items of several jobs (items_of(j) each, `items` in all) shared out in one parallel loop:
-// run(j, item of job j).
+// run(j, item of job j). An item is at least a whole group of rows over all of K (tens of
+// microseconds at decode), so the loop's last pieces may be single items (ThreadPool's
+// min_piece).
 template <class ItemsOf, class Run>
 void parallel_job_items(ThreadPool* pool, int64_t items, const ItemsOf& items_of, const Run& run) {
-  parallel_for(pool, items, [&](int64_t i0, int64_t i1) {
-    int j = 0;
-    int64_t first = 0;  // the first item of job j
-    for (int64_t i = i0; i < i1; ++i) {
-      while (i >= first + items_of(j)) first += items_of(j++);
-      run(j, i - first);
-    }
-  });
+  constexpr int64_t kOneItem = 1;
+  parallel_for(
+      pool, items,
+      [&](int64_t i0, int64_t i1) {
+        int j = 0;
+        int64_t first = 0;  // the first item of job j
+        for (int64_t i = i0; i < i1; ++i) {
+          while (i >= first + items_of(j)) first += items_of(j++);
+          run(j, i - first);
+        }
+      },
+      kOneItem);
 }
 }  // namespace
 

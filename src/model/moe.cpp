@@ -325,16 +325,19 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
       // The wave's routed rows (contiguous: its experts are consecutive in ascending order), then
       // in the first wave the shared expert's S rows (width Is).
       const int64_t rb = u1 > u0 ? first[size_t(used[u0])] : 0, re = u1 > u0 ? first[size_t(used[u1 - 1]) + 1] : 0;
+      // The shared expert's (FP8) products first: the batch's last tiles are then the routed
+      // experts' FP4 ones, about half as long, and the threads finish closer together (the
+      // pool's last pieces are single tiles). Only the order of the work changes.
       jobs.clear();
+      if (with_shared) {
+        jobs.push_back({x, S, &w.shared.w1, nullptr, g.data() + R * I});
+        jobs.push_back({x, S, &w.shared.w3, nullptr, u.data() + R * I});
+      }
       for (size_t i = u0; i < u1; ++i) {
         const int e = used[i];
         const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
         jobs.push_back({expert_input(r0), n, nullptr, &view[size_t(e)]->w1, g.data() + r0 * I});
         jobs.push_back({expert_input(r0), n, nullptr, &view[size_t(e)]->w3, u.data() + r0 * I});
-      }
-      if (with_shared) {
-        jobs.push_back({x, S, &w.shared.w1, nullptr, g.data() + R * I});
-        jobs.push_back({x, S, &w.shared.w3, nullptr, u.data() + R * I});
       }
       linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
       const SwigluPart parts[] = {
@@ -342,12 +345,12 @@ void moe_forward(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w
           {g.data() + R * I, u.data() + R * I, h.data() + R * I, with_shared ? S : 0, Is, nullptr}};
       swiglu_parts(parts, 2, limit, ctx.pool);
       jobs.clear();
+      if (with_shared) jobs.push_back({h.data() + R * I, S, &w.shared.w2, nullptr, shared.data()});
       for (size_t i = u0; i < u1; ++i) {
         const int e = used[i];
         const int64_t r0 = first[size_t(e)], n = first[size_t(e) + 1] - r0;
         jobs.push_back({h.data() + r0 * I, n, nullptr, &view[size_t(e)]->w2, out.data() + r0 * D});
       }
-      if (with_shared) jobs.push_back({h.data() + R * I, S, &w.shared.w2, nullptr, shared.data()});
       linear_quantized_batch(jobs.data(), int(jobs.size()), ctx.pool);
     } else {
       for (size_t i = u0; i < u1; ++i) {
