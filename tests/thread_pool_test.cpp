@@ -199,5 +199,29 @@ TEST(ThreadPool, BackToBackShortJobsRunEveryIndexExactlyOnce) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(hits[size_t(i)].load(), 2000 * (5 - i)) << i;
 }
 
+// Failing jobs among short ones: each failure is rethrown by its own call only (the error is
+// taken and cleared by the caller), and the calls after it run normally.
+TEST(ThreadPool, FailuresAmongShortJobsStayWithTheirCall) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> ran{0};
+  int64_t expected = 0;
+  for (int job = 0; job < 3000; ++job) {
+    const int64_t n = 1 + job % 4;
+    const bool fail = job % 7 == 3;
+    const auto body = [&](int64_t b, int64_t e) {
+      if (fail && b <= n - 1 && n - 1 < e) throw std::runtime_error("index n - 1 failed");
+      ran.fetch_add(e - b, std::memory_order_relaxed);
+    };
+    if (fail) {
+      EXPECT_THROW(pool.parallel_for(n, body), std::runtime_error) << "job " << job;
+    } else {
+      EXPECT_NO_THROW(pool.parallel_for(n, body)) << "job " << job;
+      expected += n;
+    }
+  }
+  // Failing jobs run their other pieces too; count only what the passing jobs must have run.
+  EXPECT_GE(ran.load(), expected);
+}
+
 }  // namespace
 }  // namespace ds41

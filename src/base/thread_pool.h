@@ -83,15 +83,22 @@ class ThreadPool {
   std::mutex mutex_;       // guards everything below
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) once per published job
-  bool stopping_ = false;
+  // Odd while the caller writes a job's fields, even once it is published (two bumps per job,
+  // both under mutex_): a worker reads job_chunks_ without the mutex, as a seqlock reader (the
+  // generation before and after the read equal and even).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
   const RangeFn* job_ = nullptr;
-  int job_chunks_ = 0;                 // threads taking part (each starts with its own piece)
+  std::atomic<int> job_chunks_{0};     // threads taking part (each starts with its own piece)
   int64_t job_pieces_ = 0;
   std::vector<int64_t> piece_begin_;    // piece p is [piece_begin_[p], piece_begin_[p + 1])
   std::atomic<int64_t> next_piece_{0};  // the first piece nobody has taken yet
   std::atomic<int> pending_{0};  // worker chunks of the current job not finished yet
-  std::exception_ptr error_;
+  // Set (under mutex_) while the caller sleeps on done_cv_: only then does the worker finishing
+  // the last chunk take the mutex to wake it.
+  std::atomic<bool> caller_sleeping_{false};
+  std::exception_ptr error_;                // under mutex_
+  std::atomic<bool> has_error_{false};      // error_ is set: the caller takes the mutex only then
 };
 
 // Bounds of part c when [0, n) is split into `chunks` contiguous parts of near-equal length (the
