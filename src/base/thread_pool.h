@@ -8,7 +8,8 @@
 //
 // The caller thread takes part (it runs the first chunk), so ThreadPool(n) starts n - 1 worker
 // threads. A call allocates nothing: the job is published through a pointer to the caller's
-// std::function and counters under one mutex (lambdas are wrapped by reference, see below).
+// std::function and counters, written under one mutex and read by polling workers without it
+// (lambdas are wrapped by reference, see below).
 // A decode step issues hundreds of short parallel loops, so waking sleeping threads through the
 // kernel for each one cost more than some loops themselves: workers and the caller first poll
 // atomics (pause hints, then yielding rounds for up to 2 ms), and only then sleep on the
