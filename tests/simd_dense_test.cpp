@@ -167,9 +167,17 @@ TEST(SimdGemm, PackedBatchMatchesTwinsBitForBit) {
 // to bf16 (dequant_fp8_to_bf16), then linear_f32_wbf16's sequential chains - bit for bit, at
 // every level and on the scalar path, for all E4M3 codes but NaN (subnormals included), scales
 // at both ends of the allowed range, groups of 2 to 8 blocks, 1-3 rows, several jobs in one call,
-// and bytes before the matrix that are not codes of it.
-TEST(SimdGemm, PackedFp8MatchesTheDequantizedTwinBitForBit) {
-  std::mt19937 rng(31);
+// and bytes before the matrix that are not codes of it. Three scale ranges: the whole allowed one
+// (the AVX2 kernel's folded scales would overflow: its unfolded products), and a high and a low
+// one where the folded products apply - in the high one row 1 holds an activation that would
+// overflow when scaled, so that row takes the unfolded products; in the low one an activation
+// that scaled leaves the normal range (its products are zeros either way).
+class PackedFp8Twin : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(ScaleRanges, PackedFp8Twin, ::testing::Values(0, 1, 2),
+                         [](const auto& info) { return std::string(info.param == 0 ? "Whole" : info.param == 1 ? "High" : "Low"); });
+TEST_P(PackedFp8Twin, MatchesTheDequantizedTwinBitForBit) {
+  const int range = GetParam();
+  std::mt19937 rng(31 + uint32_t(range));
   ThreadPool pool(3);
   const std::pair<int64_t, int64_t> shapes[] = {{32, 32}, {64, 96}, {160, 64}, {256, 1024}, {288, 160}};
   struct Case {
@@ -187,9 +195,10 @@ TEST(SimdGemm, PackedFp8MatchesTheDequantizedTwinBitForBit) {
       if ((v & 0x7f) == 0x7f) v ^= 0x01;  // no NaN codes
     }
     c.scales.resize(size_t((N / 32) * (K / 32)));
-    for (auto& v : c.scales) v = uint8_t(3 + rng() % 132);  // 2^-124 .. 2^7
-    c.scales.front() = 3;
-    c.scales.back() = 134;
+    const int lowest = range == 0 ? 3 : range == 1 ? 110 : 3, count = range == 0 ? 132 : range == 1 ? 11 : 8;
+    for (auto& v : c.scales) v = uint8_t(lowest + int(rng() % uint32_t(count)));  // 2^-124 .. 2^7 at most
+    c.scales.front() = uint8_t(lowest);
+    c.scales.back() = uint8_t(lowest + count - 1);
     c.W = Fp8Matrix{c.codes.data(), c.scales.data(), N, K};
     ASSERT_TRUE(fp8_packable(c.W));
     c.dequantized.resize(size_t(N * K));
@@ -202,6 +211,8 @@ TEST(SimdGemm, PackedFp8MatchesTheDequantizedTwinBitForBit) {
     for (const Case& c : cases) {
       xs.push_back(random_f32(M * c.W.K, rng));
       xs.back()[0] = 0.0f;
+      if (M > 1 && range == 1) xs.back()[size_t(c.W.K + 5)] = 0x1p25f;   // scaled: past 2^128
+      if (M > 1 && range == 2) xs.back()[size_t(c.W.K + 5)] = 0x1.abcdeep-124f;  // scaled: subnormal
       twins.emplace_back(size_t(M * c.W.N));
       linear_f32_wbf16_reference(xs.back().data(), M, c.dequantized.data(), c.W.N, c.W.K, twins.back().data());
     }
