@@ -85,6 +85,10 @@ void run_block(ForwardContext& ctx, const LayerPlan& lp, const BlockWeights& w, 
 // ring slot stores). Row-independent.
 void window_kv_rows(const ModelConfig& c, const BlockWeights& w, const uint16_t* x, int S, const int64_t* positions,
                     const std::vector<float>& inv_freq, ThreadPool* pool, uint16_t* kv, uint8_t* codes, float* scales);
+// The same from the projection wkv(x) already computed (`raw`, S x head_dim).
+void window_kv_from_projection(const ModelConfig& c, const BlockWeights& w, const uint16_t* raw, int S,
+                               const int64_t* positions, const std::vector<float>& inv_freq, ThreadPool* pool,
+                               uint16_t* kv, uint8_t* codes, float* scales);
 // Ring slot `slot` as bf16 (E4M3 code times its E8M0 scale, exact).
 void ring_row_bf16(const LayerState& ls, int64_t Dh, int64_t slot, uint16_t* out);
 // Stores one row's codes and scales in ring slot `slot`, logging the old bytes in `journal` if set.
