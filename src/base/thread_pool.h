@@ -81,7 +81,7 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one job at a time
-  std::mutex mutex_;       // guards everything below
+  std::mutex mutex_;       // held while a job is written, for error_ and for the condition variables
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
   // Odd while the caller writes a job's fields, even once it is published (two bumps per job,
