@@ -188,7 +188,7 @@ TEST(SimdAttention, IndexerScoresMatchTwinBitForBit) {
 
 // Scores against MXFP4 keys equal the bf16 kernel's against the keys' dequantized values (the
 // scalar twin's definition), at every level, over ragged key counts (the AVX-512 kernel takes 16
-// keys a tile, AVX2 4) and scale codes outside the lookup's range (0, 1, 253, 254, NaN 255).
+// keys a tile, AVX2 8) and scale codes outside the lookup's range (0, 1, 253, 254, NaN 255).
 TEST(SimdAttention, IndexerScoresOfMxfp4KeysMatchDequantizedKeys) {
   std::mt19937 rng(31);
   struct Case {
