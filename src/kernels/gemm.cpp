@@ -630,7 +630,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                    } else
                      kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB,
                                         p.i8 + r * simd::fp4_chunk_row_bytes(K), p.i32 + r * KB, p.f2 + r * KB,
-                                        p.special + r);
+                                        p.special + r, job.M <= simd::kDecodeRowsMax || kt.fp4_prefill_narrow);
                    if (p.amx) kt.prepare_fp8_amx(p.codes + r * K, K, p.amx + simd::fp8_amx_row_offset(r, K));
                  }
                });

@@ -86,7 +86,10 @@ inline int64_t fp8_amx_bytes(int64_t rows, int64_t K) { return (rows + 15) / 16 
 
 // Activations of an FP4-weight GEMM, prepared for 8-bit integer dot products: each E4M3 value
 // times 2^9 is an integer a9 with |a9| <= 448 * 2^9 < 2^18, split as a9 = c0 + 2^7 c1 + 2^14 c2
-// with c0, c1 in [0, 127] and c2 in [-15, 14] (all int8). The chunk planes follow the weight
+// with c0, c1 in [0, 127] and c2 in [-15, 14] (all int8) - or, in a block prepared narrow
+// (prepare_fp4_row), a9 >> sh = c0 + 2^7 c1 with c1 in [-128, 127] and c2 = 0, the block's offset
+// 12 * sum(a9 >> sh) and its scale times 2^sh, which gives every kernel the same terms while
+// those that find the plane zero skip it. The chunk planes follow the weight
 // bytes' nibbles: a block's even k (low nibbles of its 16 bytes) and its odd k (high nibbles)
 // are 16-byte halves, and 4 consecutive blocks (a quad, zero-padded past K/32) keep each plane's
 // halves together - [plane][even: block 0..3][odd: block 0..3] - so that one load of 64 (or 32)
@@ -99,8 +102,8 @@ inline int64_t fp4_chunk_offset(int64_t b, int64_t c, int64_t h) {
 }
 struct Fp4Activations {
   const int8_t* chunks;    // [rows][fp4_chunk_row_bytes(K)]
-  const int32_t* offsets;  // [rows][K/32] 12 * sum of the block's a9 (weights carry +12, below)
-  const float* scales;     // [rows][K/32] act_quant scale * 2^-10 (exact: scales are >= 2^-22)
+  const int32_t* offsets;  // [rows][K/32] 12 * sum of the block's a9 (weights carry +12, below), >> sh if narrow
+  const float* scales;     // [rows][K/32] act_quant scale * 2^-10 (exact: scales are >= 2^-22), * 2^sh if narrow
   const uint8_t* codes;    // [rows][K]
   const float* raw_scales; // [rows][K/32] act_quant scales (for the scalar fallback)
   const uint8_t* special;  // [rows]
@@ -147,8 +150,10 @@ struct KernelTable {
   // the prefill tiles' doubles, value * 2^8.
   void (*prepare_fp8_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* scales, float* values,
                           double* wide, uint8_t* special);
+  // `narrow`: blocks that can drop their third digit plane do (fp4_narrow_shift in
+  // simd_gemm_fp4.inc; the same products, fewer of them where a kernel skips a zero plane).
   void (*prepare_fp4_row)(const uint16_t* x, int64_t K, uint8_t* codes, float* raw_scales, int8_t* chunks,
-                          int32_t* offsets, float* scales, uint8_t* special);
+                          int32_t* offsets, float* scales, uint8_t* special, bool narrow);
   // sparse_attention_row (sparse_attention.h) without the caller's scratch (the kernel keeps its
   // own per thread).
   void (*sparse_attention_row)(const uint16_t* q, int H, int64_t Dh, const uint16_t* const* kv_rows, int n,
@@ -212,6 +217,10 @@ struct KernelTable {
   // has one.
   bool fp8_decode_rows16;
   bool fp4_decode_rows16;
+  // Whether the fp4 kernel's prefill tiles skip a block's zero third digit plane (then every
+  // row is prepared `narrow`; elsewhere only decode rows, up to kDecodeRowsMax, whose kernels
+  // all skip it: narrowing the rows of a tile that cannot use it cost up to 6 % at 64 rows).
+  bool fp4_prefill_narrow;
 };
 
 // The table of a level; nullptr for Scalar (or a level this build does not carry).
