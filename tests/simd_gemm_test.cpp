@@ -637,8 +637,12 @@ TEST(SimdGemm, Fp4NarrowActivationBlocksMatchTwin) {
             return true;
           }();
           const int kind = int((r * 5 + b * 3) % 6);
-          if (kind == 0 || kind == 4) EXPECT_TRUE(zero) << what << " row " << r << " block " << b;
-          if (kind == 1 || kind == 5) EXPECT_FALSE(zero) << what << " row " << r << " block " << b;
+          if (kind == 0 || kind == 4) {
+            EXPECT_TRUE(zero) << what << " row " << r << " block " << b;
+          }
+          if (kind == 1 || kind == 5) {
+            EXPECT_FALSE(zero) << what << " row " << r << " block " << b;
+          }
           (zero && !plain_zero ? narrow_blocks : wide_blocks) += 1;
         }
         for (int64_t n0 : {int64_t{0}, int64_t{5}}) {
