@@ -79,7 +79,7 @@ int cmd_serve(int argc, char** argv) {
       {"model", "DIR", "checkpoint directory (with tokenizer.json)", ""},
       {"tokenizer", "FILE", "tokenizer.json to use instead of the model directory's", ""},
       {"host", "ADDR", "address to listen on", "127.0.0.1"},
-      {"port", "N", "port to listen on", "8080"},
+      {"port", "N", "port to listen on (0: any free port, the banner says which)", "8080"},
       {"api-key", "KEY", "require 'Authorization: Bearer KEY' (or x-api-key) on /v1 endpoints", ""},
       {"model-name", "NAME", "the model id clients use (default: the directory name)", ""},
       {"max-batch", "N", "requests processed concurrently; more wait in a queue", "8"},
@@ -166,7 +166,7 @@ int cmd_serve(int argc, char** argv) {
   std::string error;
   if (!server.bind(error)) throw Error("ds41 serve: " + error);  // before the banner: it says where we listen
   std::fprintf(stderr, "ds41 serve: model \"%s\" (context %lld, batch %d, %d threads) on http://%s:%d%s\n",
-               so.model_name.c_str(), (long long)eo.max_context, eo.max_batch, pool.size(), so.host.c_str(), so.port,
+               so.model_name.c_str(), (long long)eo.max_context, eo.max_batch, pool.size(), so.host.c_str(), server.port(),
                so.api_key.empty() ? "" : " (API key required)");
   {
     SignalWatcher signals(server, std::chrono::milliseconds(int64_t(drain_s * 1000)));

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,24 +53,48 @@ def same_run(a, b, what):
     assert a["steps"] == b["steps"], (what, "top-5 logits differ")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Server:
+    """`ds41 serve --port 0` (alone or under mpirun): the server binds a free port itself and its
+    banner says which. A port picked here and passed in could be taken meanwhile, e.g. by one of
+    mpirun's own TCP listeners, which then receives our HTTP probes."""
 
+    def __init__(self, cmd):
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=ENV)
+        self.lines = []
+        self.port = None
+        self.banner = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
-def wait_ready(proc, base):
-    for _ in range(1200):
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            raise AssertionError("server ended: " + proc.stderr.read()[-3000:])
-        time.sleep(0.1)
-    raise AssertionError("server not ready")
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = re.search(r"ds41 serve: .* on http://127\.0\.0\.1:(\d+)", line)
+            if m and self.port is None:
+                self.port = int(m.group(1))
+                self.banner.set()
+        self.banner.set()
+
+    def stderr(self):
+        self.reader.join(timeout=10)
+        return "".join(self.lines)
+
+    def wait_ready(self):
+        if not self.banner.wait(TIMEOUT) or self.port is None:
+            self.proc.wait(timeout=10)
+            raise AssertionError("server ended before listening: " + self.stderr()[-3000:])
+        self.base = f"http://127.0.0.1:{self.port}"
+        for _ in range(1200):
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError("server ended: " + self.stderr()[-3000:])
+            time.sleep(0.1)
+        raise AssertionError("server not ready")
 
 
 def post(base, body):
@@ -83,14 +106,13 @@ def post(base, body):
 
 def serve_answers(ranks, model):
     """Answers of a server: one request, four at once (batched steps), one streamed."""
-    port = free_port()
-    args = ["serve", "-m", model, "--model-name", "m", "--port", str(port), "--threads", "1", "--temp", "0",
+    args = ["serve", "-m", model, "--model-name", "m", "--port", "0", "--threads", "1", "--temp", "0",
             "--max-batch", "4"]
-    cmd = [DS41] + args if ranks == 1 else mpirun(ranks, args)
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=ENV)
-    base = f"http://127.0.0.1:{port}"
+    server = Server([DS41] + args if ranks == 1 else mpirun(ranks, args))
+    proc = server.proc
     try:
-        wait_ready(proc, base)
+        server.wait_ready()
+        base = server.base
         answers = {}
 
         def ask(key, text, n, stream=False):
@@ -212,12 +234,11 @@ def check_failures(model, tmp):
     p = run(["mpirun", "--oversubscribe", "-np", "1", DS41] + args + [":", "-np", "1", other] + args, check=False)
     assert p.returncode != 0 and "a different ds41 binary" in p.stderr, p.stderr[-2000:]
     # A follower killed while the job serves: the job ends (no hang), with a non-zero status.
-    port = free_port()
-    proc = subprocess.Popen(mpirun(2, ["serve", "-m", model, "--port", str(port), "--threads", "1"]),
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=ENV)
-    base = f"http://127.0.0.1:{port}"
+    marker = f"killed-follower-{os.getpid()}"  # finds this job's rank 1 among the processes
+    server = Server(mpirun(2, ["serve", "-m", model, "--port", "0", "--model-name", marker, "--threads", "1"]))
+    proc = server.proc
     try:
-        wait_ready(proc, base)
+        server.wait_ready()
         follower = None
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
@@ -229,12 +250,12 @@ def check_failures(model, tmp):
                     cmdline = f.read()
             except OSError:
                 continue
-            if b"OMPI_COMM_WORLD_RANK=1" in env and str(port).encode() in cmdline:
+            if b"OMPI_COMM_WORLD_RANK=1" in env and marker.encode() in cmdline:
                 follower = int(pid)
         assert follower, "no follower process found"
         os.kill(follower, signal.SIGKILL)
         status = proc.wait(timeout=120)
-        err = proc.stderr.read()
+        err = server.stderr()
         assert status != 0, err[-2000:]
     finally:
         if proc.poll() is None:

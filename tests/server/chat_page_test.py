@@ -10,11 +10,11 @@ import json
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import zlib
@@ -29,6 +29,22 @@ def png(width, height):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
             chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def start_server(cmd):
+    """Starts `ds41 serve --port 0 ...`: the server binds a free port itself and its banner says
+    which (a port picked here could be taken by another test's process first). Returns (process,
+    port or None, stderr lines so far); stderr goes on being read so the server never blocks on it."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    lines, port = [], None
+    for line in proc.stderr:
+        lines.append(line)
+        m = re.search(r"ds41 serve: .* on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    return proc, port, lines
 
 
 def main():
@@ -62,21 +78,22 @@ def main():
     image = os.path.join(tmp, "picture.png")
     open(image, "wb").write(png(48, 32))
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = "http://127.0.0.1:%d" % port
-    server = subprocess.Popen([ds41, "serve", "-m", model, "--port", str(port), "--threads", "2"],
-                              stderr=subprocess.PIPE, text=True)
+    server, port, log = start_server([ds41, "serve", "-m", model, "--port", "0", "--threads", "2"])
+    base = "http://127.0.0.1:%d" % (port or 0)
     browser = None
     try:
+        if port is None:
+            server.wait()
+            print("".join(log))
+            return 1
         for _ in range(600):
             try:
                 urllib.request.urlopen(base + "/health", timeout=2)
                 break
             except OSError:
                 if server.poll() is not None:
-                    print(server.stderr.read())
+                    time.sleep(0.5)
+                    print("".join(log))
                     return 1
                 time.sleep(0.1)
         page = urllib.request.urlopen(base + "/").read().decode()

@@ -9,11 +9,12 @@ not there.
 import json
 import math
 import os
+import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -228,6 +229,22 @@ def openai_module():
     return openai
 
 
+def start_server(cmd):
+    """Starts `ds41 serve --port 0 ...`: the server binds a free port itself and its banner says
+    which (a port picked here could be taken by another test's process first). Returns (process,
+    port or None, stderr lines so far); stderr goes on being read so the server never blocks on it."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    lines, port = [], None
+    for line in proc.stderr:
+        lines.append(line)
+        m = re.search(r"ds41 serve: .* on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    return proc, port, lines
+
+
 def main():
     ds41, shared = sys.argv[1], os.environ.get("DS41_SHARED_DIR", sys.argv[2])
     tokenizer = os.path.join(shared, "assets", "deepseek_v3_tokenizer", "tokenizer.json")
@@ -244,13 +261,13 @@ def main():
     model = os.path.join(tmp, "tiny")
     subprocess.run([ds41, "mkmodel", "--preset", "tiny", "--out", model, "--tokenizer", tokenizer, "--quiet",
                     "--threads", "2"], check=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([ds41, "serve", "-m", model, "--port", str(port), "--model-name", "tiny", "--threads",
-                               "2", "--temp", "0", "--api-key", "k", "--cors-origin", "http://page.test"],
-                              stderr=subprocess.PIPE, text=True)
+    server, port, log = start_server([ds41, "serve", "-m", model, "--port", "0", "--model-name", "tiny", "--threads",
+                                      "2", "--temp", "0", "--api-key", "k", "--cors-origin", "http://page.test"])
     try:
+        if port is None:
+            server.wait()
+            print("".join(log))
+            return 1
         base = f"http://127.0.0.1:{port}"
         for _ in range(600):
             try:
@@ -260,7 +277,8 @@ def main():
             except OSError:
                 pass
             if server.poll() is not None:
-                print(server.stderr.read())
+                time.sleep(0.5)
+                print("".join(log))
                 return 1
             time.sleep(0.1)
         client = openai.OpenAI(base_url=base + "/v1", api_key="k")

@@ -47,22 +47,24 @@ def check(cond, what):
     return cond
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, model, *extra):
-        self.port = free_port()
+        # --port 0: the server binds a free port itself and its banner says which (a port picked
+        # here could be taken by another test's process before the server binds it).
+        self.port = None
         self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([DS41, "serve", model, "--port", str(self.port), "--model-name", "tiny",
+        self.proc = subprocess.Popen([DS41, "serve", model, "--port", "0", "--model-name", "tiny",
                                       "--threads", "2", "--temp", "0", *extra], stderr=self.log, stdout=subprocess.DEVNULL)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("ds41 serve exited: " + self.stderr())
+            if self.port is None:
+                m = re.search(r"ds41 serve: .* on http://127\.0\.0\.1:(\d+)", self.stderr())
+                if not m:
+                    time.sleep(0.1)
+                    continue
+                self.port = int(m.group(1))
             try:
                 if http("GET", "/health", port=self.port, timeout=2)[0] == 200:
                     return
@@ -72,8 +74,9 @@ class Server:
         raise RuntimeError("ds41 serve did not come up: " + self.stderr())
 
     def stderr(self):
-        self.log.seek(0)
-        return self.log.read()
+        # pread: the server writes through a descriptor that shares this file's offset, so no seek
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def rss_kib(self, field="VmRSS"):
         with open(f"/proc/{self.proc.pid}/status") as f:
