@@ -45,15 +45,14 @@ namespace ds41::simd::avx512 {
 #include "kernels/simd_peak.inc"
 #include "kernels/simd_int8.inc"
 #include "kernels/simd_softmax.inc"
+#include "kernels/simd_draw.inc"
 #include "kernels/simd_kernel_table.inc"
 #include "kernels/simd_fp8_decode.inc"
 #include "kernels/simd_amx.inc"
-#include "kernels/simd_draw.inc"
 
 extern const KernelTable kTable, kTableVbmi, kTableAmx;
 constexpr KernelTable kTable = [] {
   KernelTable t = common_kernel_table();
-  t.gumbel_argmax = gumbel_argmax_simd;  // 64-bit lane multiplies
   t.fp4_decode_runs = true;              // the 16-row side-by-side FP4 decode
   return t;
 }();

@@ -208,7 +208,7 @@ struct KernelTable {
   // Row r of Fp8Activations::amx (at fp8_amx_row_offset) from its E4M3 codes (K % 32 == 0);
   // nullptr on levels whose fp8 kernel does not read it.
   void (*prepare_fp8_amx)(const uint8_t* codes, int64_t K, int8_t* out);
-  // gumbel_argmax (gumbel_draw.h); nullptr on levels without 64-bit lane multiplies (AVX2).
+  // gumbel_argmax (gumbel_draw.h), simd_draw.inc (AVX2: 64-bit multiplies from 32-bit ones).
   GumbelBest (*gumbel_argmax)(const float* p, int64_t n, uint64_t key);
   // Whether the fp4 kernel's one-row decode reads runs of 16 s rows (fp4_decode_row_step): its
   // decode tiles are then multiples of 16 s rows.
