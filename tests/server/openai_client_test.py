@@ -14,10 +14,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
+
+from server_process import start_server
 
 
 def check_logprobs(client, msgs):
@@ -227,22 +228,6 @@ def check_models_tokenize_cors(client, base, openai):
 def openai_module():
     import openai
     return openai
-
-
-def start_server(cmd):
-    """Starts `ds41 serve --port 0 ...`: the server binds a free port itself and its banner says
-    which (a port picked here could be taken by another test's process first). Returns (process,
-    port or None, stderr lines so far); stderr goes on being read so the server never blocks on it."""
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    lines, port = [], None
-    for line in proc.stderr:
-        lines.append(line)
-        m = re.search(r"ds41 serve: .* on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-    return proc, port, lines
 
 
 def main():
