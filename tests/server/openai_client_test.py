@@ -9,7 +9,6 @@ not there.
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 import sys
