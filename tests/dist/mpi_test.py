@@ -14,7 +14,6 @@ Exit 77 (CTest: skipped) when mpirun is not installed.
 """
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,9 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from server_process import BANNER  # noqa: E402  (the startup line that names the port)
 
 DS41 = None
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -69,7 +71,7 @@ class Server:
     def _read(self):
         for line in self.proc.stderr:
             self.lines.append(line)
-            m = re.search(r"ds41 serve: .* on http://127\.0\.0\.1:(\d+)", line)
+            m = BANNER.search(line)
             if m and self.port is None:
                 self.port = int(m.group(1))
                 self.banner.set()

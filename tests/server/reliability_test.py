@@ -36,6 +36,8 @@ import tempfile
 import threading
 import time
 
+from server_process import BANNER
+
 DS41 = SHARED = None
 FAILURES = []
 
@@ -60,7 +62,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError("ds41 serve exited: " + self.stderr())
             if self.port is None:
-                m = re.search(r"ds41 serve: .* on http://127\.0\.0\.1:(\d+)", self.stderr())
+                m = BANNER.search(self.stderr())
                 if not m:
                     time.sleep(0.1)
                     continue
