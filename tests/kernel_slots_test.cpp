@@ -33,8 +33,8 @@ namespace {
 
 using namespace simd_test;
 
-// The level, 28 function pointers and three flags.
-static_assert(sizeof(simd::KernelTable) == 8 + 28 * sizeof(void*) + 8,
+// The level, 29 function pointers and three flags.
+static_assert(sizeof(simd::KernelTable) == 8 + 29 * sizeof(void*) + 8,
               "KernelTable changed: give the new slot a case in kernel_slots_test.cpp");
 
 const std::vector<std::string> kSlots = {
@@ -42,7 +42,7 @@ const std::vector<std::string> kSlots = {
     "prepare_fp4_row", "sparse_attention_row", "indexer_scores", "indexer_scores_mxfp4", "hc_mix_dots", "fma_peak",
     "mxfp4_dequant_row", "nvfp4_dequant_row", "fp8_dequant_row", "prepare_fp8_digits", "hc_post_columns",
     "hc_pre_columns", "rmsnorm_apply", "int8_row_dots", "scaled_exp_sum", "exp_in_place", "transpose_u16",
-    "int8_quantize_bf16_row", "dense_packed_fp8", "prepare_fp8_amx", "gumbel_argmax", "fp4_decode_runs", "fp8_decode_rows16", "fp4_decode_rows16"};
+    "int8_quantize_bf16_row", "dense_packed_fp8", "prepare_fp8_amx", "prepare_fp8_narrow", "gumbel_argmax", "fp4_decode_runs", "fp8_decode_rows16", "fp4_decode_rows16"};
 
 using Bytes = std::vector<uint8_t>;
 
@@ -62,9 +62,11 @@ struct SlotCase {
   std::function<Bytes(std::mt19937&, ThreadPool&)> run;
 };
 
-Bytes fp8_linear(std::mt19937& rng, ThreadPool& pool, int64_t M, int64_t N, int64_t K, bool rows16) {
+// `normal`: checkpoint-like weights (normal_e4m3), most of whose blocks take the int16 prefill tile.
+Bytes fp8_linear(std::mt19937& rng, ThreadPool& pool, int64_t M, int64_t N, int64_t K, bool rows16,
+                 bool normal = false) {
   const std::vector<uint16_t> x = random_bf16(M * K, rng);
-  const std::vector<uint8_t> w = random_e4m3(N * K, rng), scale = random_scales((N + 31) / 32 * (K / 32), rng);
+  const std::vector<uint8_t> w = normal ? normal_e4m3(N * K, rng) : random_e4m3(N * K, rng), scale = random_scales((N + 31) / 32 * (K / 32), rng);
   Fp8Matrix W{w.data(), scale.data(), N, K};
   std::vector<uint8_t> copy;
   if (rows16) {
@@ -136,13 +138,15 @@ const std::vector<SlotCase>& slot_cases() {
          }
          return out;
        }},
-      {{"fp8", "prepare_fp8_row", "prepare_fp8_digits", "prepare_fp8_amx", "fp8_decode_rows16"},
+      {{"fp8", "prepare_fp8_row", "prepare_fp8_digits", "prepare_fp8_amx", "fp8_decode_rows16", "prepare_fp8_narrow"},
        [](std::mt19937& rng, ThreadPool& pool) {
          Bytes out;
          for (int64_t M : {1, 5, 40}) {  // decode, prefill tiles, AMX panels
            const Bytes y = fp8_linear(rng, pool, M, 48, 256, /*rows16=*/M == 1);
            out.insert(out.end(), y.begin(), y.end());
          }
+         const Bytes y = fp8_linear(rng, pool, 13, 48, 256, false, /*normal=*/true);  // int16 prefill tiles
+         out.insert(out.end(), y.begin(), y.end());
          return out;
        }},
       {{"fp4", "prepare_fp4_row", "fp4_decode_runs", "fp4_decode_rows16"},

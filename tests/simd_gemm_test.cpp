@@ -5,6 +5,8 @@
 // kernels hand to the scalar arithmetic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -137,6 +139,94 @@ void expect_quantized_twins(const std::vector<uint16_t>& x, int64_t rows, const 
     fast.assign(twin4.size(), 0xdead);
     linear_fp4(x.data(), rows, W4, fast.data(), pool);
     EXPECT_EQ(first_difference(fast, twin4), -1) << simd_level_name(l) << " fp4 " << what;
+  }
+}
+
+// The int16 FP8 prefill tile (AVX2 levels, fp8_tile_rows_narrow in simd_gemm_fp8.inc): a block
+// whose activation rows and weight columns fit int16 and whose int32 sum bound holds takes integer
+// products, every other block double ones, tile by tile and block by block. Checkpoint-like
+// weights with some wide blocks (normal_e4m3), activation blocks of every spread (random_bf16),
+// and blocks at the bound: two values of 240 (of one sign) and thirty of 2^-7 in an activation
+// block and in a weight block give a' = w' = 30720 and |T| = 2 * 30720^2 +- 30, just under 2^31
+// (the int path); three of 240 on either side put the bound over it (the double path; an int32
+// sum would wrap there, which a bound four times too loose lets through and this test catches). Every row count of a tile
+// (5-13, and 50 rows: ragged), K from one block up, one block of zeros; the twin's bits at every
+// level, and the preparation against its closed form where a level has it.
+TEST(SimdGemm, Fp8NarrowPrefillTileMatchesTwin) {
+  const auto levels = supported_simd_levels();
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  std::mt19937 rng(48);
+  ThreadPool pool(2);
+  int64_t narrow_blocks = 0, wide_blocks = 0;
+  for (const int64_t K : {int64_t{32}, int64_t{96}, int64_t{256}, int64_t{1056}}) {
+    for (const int64_t M : {int64_t{5}, int64_t{6}, int64_t{7}, int64_t{13}, int64_t{50}}) {
+      const int64_t N = 45, KB = K / 32;
+      std::vector<uint16_t> x = random_bf16(M * K, rng);
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t b = m % KB, big = m % 3 == 0 ? 2 : m % 3 == 1 ? 3 : 0;
+        if (big > 0)
+          for (int64_t i = 0; i < 32; ++i)
+            x[size_t(m * K + b * 32 + i)] = f32_to_bf16(i < big ? (m % 2 ? -240.0f : 240.0f) : std::ldexp(1.0f, -7));
+      }
+      std::vector<uint8_t> w = normal_e4m3(N * K, rng);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t b = n % KB, big = n % 4 == 0 ? 2 : n % 4 == 1 ? 3 : 0;
+        if (big > 0)
+          for (int64_t i = 0; i < 32; ++i) w[size_t(n * K + b * 32 + i)] = i < big ? 0x77 : 0x04;  // 240, 2^-7
+        if (n == 7) std::fill(w.begin() + n * K, w.begin() + n * K + 32, uint8_t{0});
+      }
+      const std::vector<uint8_t> scale = random_scales(((N + 31) / 32) * KB, rng);
+      const Fp8Matrix W{w.data(), scale.data(), N, K};
+      std::vector<uint16_t> twin(size_t(M * N)), fast(size_t(M * N));
+      linear_fp8_reference(x.data(), M, W, twin.data());
+      for (SimdLevel l : levels) {
+        ScopedSimdLevel level(l);
+        std::fill(fast.begin(), fast.end(), 0xdead);
+        linear_fp8(x.data(), M, W, fast.data(), &pool);
+        EXPECT_EQ(first_difference(fast, twin), -1) << simd_level_name(l) << " M=" << M << " K=" << K;
+        const simd::KernelTable* kt = simd::kernel_table(l);
+        if (!kt->prepare_fp8_narrow) continue;
+        // The preparation: a' * 2^sh = a9 and factor = 2^sh * scale where the block fits.
+        std::vector<uint8_t> codes(static_cast<size_t>(K)), special(1);
+        std::vector<float> scales(static_cast<size_t>(KB)), values(static_cast<size_t>(K));
+        std::vector<int16_t> narrow(static_cast<size_t>(K));
+        std::vector<simd::Fp8NarrowBlock> blocks(static_cast<size_t>(KB));
+        for (int64_t m = 0; m < M; ++m) {
+          kt->prepare_fp8_row(x.data() + m * K, K, codes.data(), scales.data(), values.data(), nullptr, special.data());
+          kt->prepare_fp8_narrow(codes.data(), scales.data(), K, narrow.data(), blocks.data());
+          if (special[0]) continue;
+          for (int64_t b = 0; b < KB; ++b) {
+            const simd::Fp8NarrowBlock& e = blocks[size_t(b)];
+            int64_t most = 0, l1 = 0, any = 0;
+            for (int64_t i = 0; i < 32; ++i) {
+              const int64_t a9 = std::llround(double(e4m3_to_f32(codes[size_t(b * 32 + i)])) * 512.0);
+              most = std::max<int64_t>(most, std::llabs(a9));
+              l1 += std::llabs(a9);
+              any |= std::llabs(a9);
+            }
+            const int sh = any ? std::countr_zero(uint64_t(any)) : 0;
+            const bool fits = (most >> sh) <= 32767;
+            ASSERT_EQ(e.factor != 0.0f, fits) << "row " << m << " block " << b;
+            if (!fits) {
+              ++wide_blocks;
+              continue;
+            }
+            ++narrow_blocks;
+            ASSERT_EQ(e.factor, std::ldexp(scales[size_t(b)], sh));
+            ASSERT_EQ(e.max, most >> sh);
+            ASSERT_EQ(e.l1, l1 >> sh);
+            for (int64_t i = 0; i < 32; ++i)
+              ASSERT_EQ(int64_t(narrow[size_t(b * 32 + i)]) << sh,
+                        std::llround(double(e4m3_to_f32(codes[size_t(b * 32 + i)])) * 512.0));
+          }
+        }
+      }
+    }
+  }
+  // Where a level prepares them, both kinds of activation block were met.
+  if (narrow_blocks + wide_blocks > 0) {
+    EXPECT_GT(narrow_blocks, 10 * wide_blocks / 100);
+    EXPECT_GT(wide_blocks, 0);
   }
 }
 

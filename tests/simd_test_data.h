@@ -2,6 +2,7 @@
 // layers (simd_gemm_test.cpp: quantized; simd_dense_test.cpp: dense and packed).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -57,6 +58,32 @@ inline std::vector<uint8_t> random_e4m3(int64_t n, std::mt19937& rng) {
   for (uint8_t& c : out) {
     do c = uint8_t(rng() & 0xff);
     while ((c & 0x7f) == 0x7f);
+  }
+  return out;
+}
+
+// E4M3 codes of normal draws quantized as a checkpoint's weights are (per 32-block, the block's
+// largest magnitude near 448), the kind of blocks whose exponent spread is narrow enough for the
+// int16 FP8 prefill tile; one block in `wide_every` instead spans the whole code range
+// (uniform random codes), which that tile leaves to the double path.
+inline std::vector<uint8_t> normal_e4m3(int64_t n, std::mt19937& rng, int wide_every = 8) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> kind(0, wide_every - 1);
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; b += 32) {
+    const bool wide = kind(rng) == 0;
+    float block[32], amax = 0.0f;
+    for (float& v : block) amax = std::max(amax, std::fabs(v = normal(rng)));
+    for (int64_t i = b; i < std::min(n, b + 32); ++i) {
+      uint8_t c;
+      if (wide) {
+        do c = uint8_t(rng() & 0xff);
+        while ((c & 0x7f) == 0x7f);
+      } else {
+        c = f32_to_e4m3(block[i - b] * (440.0f / amax));
+      }
+      out[size_t(i)] = c;
+    }
   }
   return out;
 }

@@ -48,6 +48,17 @@ inline int64_t fp4_decode_row_step(int64_t K, int64_t rows) {
   return s;
 }
 
+// One activation block of Fp8Activations::narrow: a9 = value * 2^9 (an integer below 2^18) is
+// stored as a9 >> sh, sh the block's common trailing zero bits, which fits int16 for most blocks
+// of real activations (their values share low zero bits; the spread of a block is what counts).
+// `factor` = 2^sh * the block's act_quant scale, exact, or 0 where the block does not fit int16
+// (or that product would not be finite): then the tiles take the block's double products.
+// `l1` = sum |a9 >> sh| and `max` = max |a9 >> sh| bound the tiles' int32 sums.
+struct Fp8NarrowBlock {
+  float factor;
+  int32_t l1, max;
+};
+
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
   // The decode kernels' operand: the E4M3 activation values as fp32 times a power of two fixed
@@ -72,6 +83,11 @@ struct Fp8Activations {
   // last one padded with zero rows), each tile block by block so that an AMX tile's operand is
   // one contiguous run: [ceil(rows / 16)][K / 32][16][128] (fp8_amx_row_offset).
   const int8_t* amx = nullptr;
+  // Several rows at the AVX2 levels (beside `wide`): each block's a9 = value * 2^9 without the
+  // block's common power of two, as int16, [rows][K], and per row and block how (Fp8NarrowBlock):
+  // the int16 prefill tile's operands (prepare_fp8_narrow). nullptr elsewhere.
+  const int16_t* narrow = nullptr;
+  const Fp8NarrowBlock* narrow_blocks = nullptr;  // [rows][K / 32]
   // Row r alone (for the one-row kernels).
   Fp8Activations row(int64_t r) const {
     const int64_t KB = K / 32;
@@ -79,6 +95,7 @@ struct Fp8Activations {
             wide ? wide + r * K : nullptr, nullptr};
   }
 };
+
 
 // Where row r of Fp8Activations::amx starts (its block b is 16 * 128 * b bytes further on).
 inline int64_t fp8_amx_row_offset(int64_t r, int64_t K) { return r / 16 * (K / 32) * 2048 + r % 16 * 128; }
@@ -208,6 +225,10 @@ struct KernelTable {
   // Row r of Fp8Activations::amx (at fp8_amx_row_offset) from its E4M3 codes (K % 32 == 0);
   // nullptr on levels whose fp8 kernel does not read it.
   void (*prepare_fp8_amx)(const uint8_t* codes, int64_t K, int8_t* out);
+  // Row r of Fp8Activations::narrow / narrow_blocks from its E4M3 codes and act_quant scales
+  // (K % 32 == 0); nullptr on levels whose fp8 prefill tile does not read them.
+  void (*prepare_fp8_narrow)(const uint8_t* codes, const float* scales, int64_t K, int16_t* narrow,
+                             Fp8NarrowBlock* blocks);
   // gumbel_argmax (gumbel_draw.h), simd_draw.inc (AVX2: 64-bit multiplies from 32-bit ones).
   GumbelBest (*gumbel_argmax)(const float* p, int64_t n, uint64_t key);
   // Whether the fp4 kernel's one-row decode reads runs of 16 s rows (fp4_decode_row_step): its
