@@ -10,6 +10,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/simd_level.h"
+#include "../simd_levels.h"
 #include "../tiny_model.h"
 
 namespace ds41 {
@@ -51,8 +52,7 @@ TEST(SimdModel, EveryLevelGivesTheScalarLogitsAndTokens) {
     ScopedSimdLevel scalar(SimdLevel::Scalar);
     twin = generate(*model, prompt, 12, &pool);
   }
-  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Avx512Vbmi, SimdLevel::Amx}) {
-    if (static_cast<int>(l) > static_cast<int>(simd_level_supported())) continue;
+  for (SimdLevel l : supported_simd_levels()) {
     ScopedSimdLevel level(l);
     const Generation g = generate(*model, prompt, 12, &pool);
     EXPECT_EQ(g.tokens, twin.tokens) << simd_level_name(l);
