@@ -464,11 +464,13 @@ struct Prepared {
   int8_t* amx;
   int16_t* i16;
   simd::Fp8NarrowBlock* narrow;
+  simd::Fp8NarrowRows* narrow_tiles;
   int64_t K;
   bool digits;
   int shares = -1;  // the earlier job whose preparation this one uses
   simd::Fp8Activations a8() const {
-    return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64, amx, narrow ? i16 : nullptr, narrow};
+    return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64, amx, narrow ? i16 : nullptr, narrow,
+            narrow ? narrow_tiles : nullptr};
   }
   simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K, amx}; }
 };
@@ -495,6 +497,7 @@ struct BatchBuffers {
   std::vector<int8_t> amx;
   std::vector<int16_t> i16;
   std::vector<simd::Fp8NarrowBlock> narrow;
+  std::vector<simd::Fp8NarrowRows> narrow_tiles;
 };
 thread_local BatchBuffers batch_buffers;
 
@@ -532,7 +535,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                                  ThreadPool* pool) {
   BatchBuffers& buffers = batch_buffers;
   auto& [prepared, tiles, prep_rows, codes_buffer, special_buffer, f1_buffer, f2_buffer, i8_buffer, i32_buffer,
-         f64_buffer, amx_buffer, i16_buffer, narrow_buffer] = buffers;
+         f64_buffer, amx_buffer, i16_buffer, narrow_buffer, narrow_tiles_buffer] = buffers;
   auto dims = [&](int j, int64_t& N, int64_t& K) {
     N = jobs[j].fp8 ? jobs[j].fp8->N : jobs[j].fp4->N;
     K = jobs[j].fp8 ? jobs[j].fp8->K : jobs[j].fp4->K;
@@ -551,12 +554,13 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   auto fp8_wide = [&](const QuantizedLinearJob& job) {
     return job.fp8 && job.M > simd::kDecodeRowsMax && !kt.prepare_fp8_amx;
   };
-  // ... and beside them, at the AVX2 levels, the int16 tile's operands.
+  // ... and beside them, where the level has it, the int16 tile's operands.
   auto fp8_narrow = [&](const QuantizedLinearJob& job) { return fp8_wide(job) && kt.prepare_fp8_narrow; };
+  auto narrow_tile_count = [](int64_t M) { return (M + simd::kFp8NarrowTileRows - 1) / simd::kFp8NarrowTileRows; };
   if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
   // Sizes, and which jobs share a preparation.
   int64_t codes_n = 0, special_n = 0, f1_n = 0, f2_n = 0, i8_n = 0, i32_n = 0, f64_n = 0, amx_n = 0, i16_n = 0,
-          narrow_n = 0, work = 0, prep_work = 0;
+          narrow_n = 0, narrow_tiles_n = 0, work = 0, prep_work = 0;
   for (int j = 0; j < count; ++j) {
     const QuantizedLinearJob& job = jobs[j];
     int64_t N, K;
@@ -584,6 +588,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     amx_n += amx_digits(job) ? simd::fp8_amx_bytes(job.M, K) : 0;
     i16_n += fp8_narrow(job) ? job.M * K : 0;
     narrow_n += fp8_narrow(job) ? job.M * (K / kBlock) : 0;
+    narrow_tiles_n += fp8_narrow(job) ? narrow_tile_count(job.M) * (K / kBlock) : 0;
   }
   uint8_t* codes = scratch(codes_buffer, codes_n);
   uint8_t* special = scratch(special_buffer, special_n);
@@ -594,9 +599,10 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   double* f64 = scratch(f64_buffer, f64_n);
   // AMX tile rows 64-byte aligned: a tile load of rows split across cache lines took 1.5x as long.
   int8_t* amx = scratch(amx_buffer, amx_n + 64);
+  amx += (64 - reinterpret_cast<uintptr_t>(amx) % 64) % 64;
   int16_t* i16 = scratch(i16_buffer, i16_n);
   simd::Fp8NarrowBlock* narrow = scratch(narrow_buffer, narrow_n);
-  amx += (64 - reinterpret_cast<uintptr_t>(amx) % 64) % 64;
+  simd::Fp8NarrowRows* narrow_tiles = scratch(narrow_tiles_buffer, narrow_tiles_n);
   // Buffers of each job, and the rows to prepare.
   prep_rows.clear();
   for (int j = 0; j < count; ++j) {
@@ -616,6 +622,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                  amx_digits(job) ? amx : nullptr,
                  fp8_narrow(job) ? i16 : nullptr,
                  fp8_narrow(job) ? narrow : nullptr,
+                 fp8_narrow(job) ? narrow_tiles : nullptr,
                  K,
                  fp8_digits(job),
                  -1};
@@ -630,6 +637,7 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
       f64 += p.f64 ? job.M * K : 0;
       i16 += p.narrow ? job.M * K : 0;
       narrow += p.narrow ? job.M * KB : 0;
+      narrow_tiles += p.narrow ? narrow_tile_count(job.M) * KB : 0;
     } else {
       f1 += job.M * KB;
       i8 += job.M * simd::fp4_chunk_row_bytes(K);
@@ -652,7 +660,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                    if (job.fp8) {
                      kt.prepare_fp8_row(job.x + r * K, K, p.codes + r * K, p.f2 + r * KB, p.f1 + r * K,
                                         p.f64 ? p.f64 + r * K : nullptr, p.special + r);
-                     if (p.narrow) kt.prepare_fp8_narrow(p.codes + r * K, p.f2 + r * KB, K, p.i16 + r * K, p.narrow + r * KB);
+                     if (p.narrow)
+                       kt.prepare_fp8_narrow(p.codes + r * K, p.f2 + r * KB, K, p.i16 + r * K, p.narrow + r * KB);
                    } else
                      kt.prepare_fp4_row(job.x + r * K, K, p.codes + r * K, p.f1 + r * KB,
                                         p.i8 + r * simd::fp4_chunk_row_bytes(K), p.i32 + r * KB, p.f2 + r * KB,
@@ -660,7 +669,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
                    if (p.amx) kt.prepare_fp8_amx(p.codes + r * K, K, p.amx + simd::fp8_amx_row_offset(r, K));
                  }
                });
-  // Digit planes of the few-row FP8 jobs; shared preparations copied; the tiles.
+  // Digit planes of the few-row FP8 jobs, the int16 tiles' row bounds; shared preparations
+  // copied; the tiles.
   tiles.clear();
   int64_t tile_multiple = 0;  // the decode jobs' largest tile multiple
   bool all_decode = true;
@@ -673,6 +683,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
       p.shares = shares;
     } else if (p.digits) {
       for (int64_t r = 0; r < jobs[j].M; ++r) kt.prepare_fp8_digits(p.codes + r * p.K, p.K, p.i8 + r * 3 * p.K);
+    } else if (p.narrow) {
+      simd::fp8_narrow_row_tiles(p.narrow, jobs[j].M, p.K / kBlock, p.narrow_tiles);
     }
     int64_t N, K;
     dims(j, N, K);
@@ -763,6 +775,7 @@ void reserve_quantized_batch(int jobs, int64_t rows, int64_t max_k, int64_t max_
   b.f64.reserve(size_t(rows * max_k));
   b.i16.reserve(size_t(rows * max_k));
   b.narrow.reserve(size_t(rows * kb));
+  b.narrow_tiles.reserve(size_t((rows / simd::kFp8NarrowTileRows + jobs) * kb));
   // Each job's AMX rows are padded to a whole tile of 16; + 64 for the alignment.
   b.amx.reserve(size_t(simd::fp8_amx_bytes(rows + 16 * int64_t(jobs), max_k) + 64));
 }

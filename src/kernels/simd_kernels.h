@@ -5,6 +5,7 @@
 // the arithmetic its scalar twin documents, so results are bit-identical at every level.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/gemm.h"
@@ -58,6 +59,29 @@ struct Fp8NarrowBlock {
   float factor;
   int32_t l1, max;
 };
+// The same bounds over the rows of one register tile of the int16 prefill tile (the tiles
+// for_row_blocks makes of kFp8NarrowTileRows rows: row m in tile m / kFp8NarrowTileRows, the last
+// one shorter) and one block; `ok`: every row fits.
+struct Fp8NarrowRows {
+  int32_t l1, max;
+  bool ok;
+};
+constexpr int64_t kFp8NarrowTileRows = 6;
+// Fp8NarrowRows of every register tile and block of `rows` rows of Fp8NarrowBlock ([rows][KB]),
+// out: [ceil(rows / kFp8NarrowTileRows)][KB]. Once per GEMM, not per column tile.
+inline void fp8_narrow_row_tiles(const Fp8NarrowBlock* blocks, int64_t rows, int64_t KB, Fp8NarrowRows* out) {
+  for (int64_t t = 0; t * kFp8NarrowTileRows < rows; ++t)
+    for (int64_t b = 0; b < KB; ++b) {
+      Fp8NarrowRows s{0, 0, true};
+      for (int64_t r = t * kFp8NarrowTileRows; r < std::min(rows, (t + 1) * kFp8NarrowTileRows); ++r) {
+        const Fp8NarrowBlock& e = blocks[r * KB + b];
+        s.ok = s.ok && e.factor != 0.0f;
+        s.l1 = std::max(s.l1, e.l1);
+        s.max = std::max(s.max, e.max);
+      }
+      out[t * KB + b] = s;
+    }
+}
 
 // Activations of an FP8-weight GEMM after act_quant (§3.1), for `rows` rows of K.
 struct Fp8Activations {
@@ -83,11 +107,13 @@ struct Fp8Activations {
   // last one padded with zero rows), each tile block by block so that an AMX tile's operand is
   // one contiguous run: [ceil(rows / 16)][K / 32][16][128] (fp8_amx_row_offset).
   const int8_t* amx = nullptr;
-  // Several rows at the AVX2 levels (beside `wide`): each block's a9 = value * 2^9 without the
-  // block's common power of two, as int16, [rows][K], and per row and block how (Fp8NarrowBlock):
+  // Several rows at the AVX2 and AVX-512 levels without AMX (beside `wide`): each block's
+  // a9 = value * 2^9 without the block's common power of two, as int16, [rows][K], per row and
+  // block how (Fp8NarrowBlock), and per register tile and block their bounds (fp8_narrow_row_tiles):
   // the int16 prefill tile's operands (prepare_fp8_narrow). nullptr elsewhere.
   const int16_t* narrow = nullptr;
   const Fp8NarrowBlock* narrow_blocks = nullptr;  // [rows][K / 32]
+  const Fp8NarrowRows* narrow_tiles = nullptr;    // [ceil(rows / kFp8NarrowTileRows)][K / 32]
   // Row r alone (for the one-row kernels).
   Fp8Activations row(int64_t r) const {
     const int64_t KB = K / 32;
@@ -95,7 +121,6 @@ struct Fp8Activations {
             wide ? wide + r * K : nullptr, nullptr};
   }
 };
-
 
 // Where row r of Fp8Activations::amx starts (its block b is 16 * 128 * b bytes further on).
 inline int64_t fp8_amx_row_offset(int64_t r, int64_t K) { return r / 16 * (K / 32) * 2048 + r % 16 * 128; }
