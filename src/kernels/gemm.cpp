@@ -469,8 +469,7 @@ struct Prepared {
   bool digits;
   int shares = -1;  // the earlier job whose preparation this one uses
   simd::Fp8Activations a8() const {
-    return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64, amx, narrow ? i16 : nullptr, narrow,
-            narrow ? narrow_tiles : nullptr};
+    return {f1, f2, codes, special, K, digits ? i8 : nullptr, f64, amx, i16, narrow, narrow_tiles};
   }
   simd::Fp4Activations a4() const { return {i8, i32, f2, codes, f1, special, K, amx}; }
 };
@@ -554,8 +553,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
   auto fp8_wide = [&](const QuantizedLinearJob& job) {
     return job.fp8 && job.M > simd::kDecodeRowsMax && !kt.prepare_fp8_amx;
   };
-  // ... and beside them, where the level has it, the int16 tile's operands.
-  auto fp8_narrow = [&](const QuantizedLinearJob& job) { return fp8_wide(job) && kt.prepare_fp8_narrow; };
+  // ... and beside them the int16 tile's operands (every level without AMX prepares them).
+  auto fp8_narrow = fp8_wide;
   auto narrow_tile_count = [](int64_t M) { return (M + simd::kFp8NarrowTileRows - 1) / simd::kFp8NarrowTileRows; };
   if (int64_t(prepared.size()) < count) prepared.resize(size_t(count));
   // Sizes, and which jobs share a preparation.
@@ -566,6 +565,8 @@ void simd_linear_quantized_batch(const simd::KernelTable& kt, const QuantizedLin
     int64_t N, K;
     dims(j, N, K);
     check_quantized_dims(job.fp8 ? "linear_fp8" : "linear_fp4", job.M, N, K);
+    if (fp8_narrow(job) && !kt.prepare_fp8_narrow)
+      throw Error("linear_fp8: this kernel level has no prepare_fp8_narrow, which its prefill tile needs");
     work += job.M * N * K;
     prepared[size_t(j)].shares = -1;
     for (int e = 0; e < j; ++e) {

@@ -251,7 +251,7 @@ struct KernelTable {
   // nullptr on levels whose fp8 kernel does not read it.
   void (*prepare_fp8_amx)(const uint8_t* codes, int64_t K, int8_t* out);
   // Row r of Fp8Activations::narrow / narrow_blocks from its E4M3 codes and act_quant scales
-  // (K % 32 == 0); nullptr on levels whose fp8 prefill tile does not read them.
+  // (K % 32 == 0). Every level whose fp8 kernel runs the prefill tile (all but AMX) needs it.
   void (*prepare_fp8_narrow)(const uint8_t* codes, const float* scales, int64_t K, int16_t* narrow,
                              Fp8NarrowBlock* blocks);
   // gumbel_argmax (gumbel_draw.h), simd_draw.inc (AVX2: 64-bit multiplies from 32-bit ones).
